@@ -1,0 +1,182 @@
+"""Fragmentation of a node against a typical workload (FGD, Weng et al., ATC 2023), generalised.
+
+For a typical pod shape m (popularity p_m) and a node n with free share ``free[g]`` on
+each GPU (see :mod:`capacity`):
+
+* if m needs no GPU, or n lacks the CPU for m, or fewer than m.count GPUs can host
+  one share of m:  F_n(m) = sum_g free[g]   (every idle bit of GPU is a fragment for m)
+* otherwise:       F_n(m) = sum of free[g] over the GPUs that cannot host a share of m
+
+F_n(M) = sum_m p_m F_n(m). "Can host" is the core's own fit test on one device, so the
+same measure covers MPS and time-slicing (memory + compute), MIG (slots) and
+exclusive GPUs; on the paper's fractional GPUs it is exactly ``free[g] >= d_m``.
+
+Implementation: each device state gets a bit mask of the shapes it can host (memoised
+by device kind and usage), so a node's F is one pass over its GPUs:
+F = sum_g free[g] * (1 - P(bits[g] & feasible)), with P(mask) the popularity of a mask.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .allocation import Allocation
+from .capacity import free_milli
+from .fit import device_share
+from .inventory import Device, Node
+from .request import Demand, GpuKind, GpuRequest
+from .state import DeviceUsage, NodeState, add_share
+
+_MEMO_LIMIT = 200_000
+
+
+@dataclass(frozen=True, slots=True)
+class TypicalWorkload:
+    """Typical pod shapes and their popularity (summing to 1)."""
+
+    shapes: tuple[tuple[Demand, float], ...]
+
+    @staticmethod
+    def from_demands(demands: Iterable[Demand], coverage: float = 0.95) -> TypicalWorkload:
+        """The most popular shapes covering ``coverage`` of the pods, renormalised.
+
+        Shapes are keyed by CPU and GPU request (memory is not part of the key); equal
+        counts are ordered by the larger key, as the FGD authors' code does.
+        """
+        counts: Counter[tuple[int, GpuRequest]] = Counter(
+            (d.cpu_milli, d.gpu) for d in demands)
+        total = sum(counts.values())
+        if total == 0:
+            raise ValueError("a typical workload needs at least one pod")
+
+        def order(item: tuple[tuple[int, GpuRequest], int]) -> tuple[int, tuple[Any, ...]]:
+            (cpu, gpu), n = item
+            return n, (cpu, gpu.share_milli, gpu.count, gpu.models)
+
+        chosen: list[tuple[tuple[int, GpuRequest], int]] = []
+        covered = 0
+        for item in sorted(counts.items(), key=order, reverse=True):
+            chosen.append(item)
+            covered += item[1]
+            if covered >= coverage * total:
+                break
+        return TypicalWorkload(tuple((Demand(cpu, 0, gpu), n / covered) for (cpu, gpu), n in chosen))
+
+
+def _whole(n: int) -> GpuRequest:
+    return GpuRequest(GpuKind.WHOLE, n)
+
+
+def _share(milli: int) -> GpuRequest:
+    return GpuRequest(GpuKind.SHARE, 1, fraction_milli=milli)
+
+
+# What the extender assumes until configured otherwise: mostly fractional inference and
+# notebook pods, some whole GPUs, a few multi-GPU training pods.
+DEFAULT_WORKLOAD = TypicalWorkload((
+    (Demand(0, 0, _share(250)), 0.20),
+    (Demand(0, 0, _share(500)), 0.25),
+    (Demand(0, 0, _whole(1)), 0.35),
+    (Demand(0, 0, _whole(2)), 0.10),
+    (Demand(0, 0, _whole(4)), 0.05),
+    (Demand(0, 0, _whole(8)), 0.05),
+))
+
+
+def _device_key(node: Node, device: Device, usage: DeviceUsage) -> tuple[Any, ...]:
+    return (device.model.name, device.model.memory_mib, device.mode, device.mps_client_limit, device.replicas,
+            device.mig_instances, device.mig_allowed, node.mps_compute_oversub_pct, node.ts_memory_oversub_pct,
+            usage)
+
+
+class Fragmentation:
+    """The fragmentation measure for one typical workload (memoised; not thread-safe by design:
+    each worker owns its own, and the memo only ever caches pure results)."""
+
+    def __init__(self, workload: TypicalWorkload) -> None:
+        self.workload = workload
+        shapes = workload.shapes
+        self._gpu_shapes = [(1 << i, d.gpu) for i, (d, _) in enumerate(shapes) if d.gpu.kind is not GpuKind.NONE]
+        self._multi = [(1 << i, d.gpu.count) for i, (d, _) in enumerate(shapes) if d.gpu.count > 1]
+        by_cpu = sorted((d.cpu_milli, 1 << i) for i, (d, _) in enumerate(shapes))
+        self._cpu_levels = [c for c, _ in by_cpu]
+        self._cpu_masks: list[int] = []
+        mask = 0
+        for _, bit in by_cpu:
+            mask |= bit
+            self._cpu_masks.append(mask)
+        self._weights = [p for _, p in shapes]
+        self._devices: dict[tuple[Any, ...], tuple[int, int]] = {}
+        self._popularity: dict[int, float] = {}
+        self._token = object()  # per-instance key into NodeState.memo
+
+    def device_profile(self, node: Node, device: Device, usage: DeviceUsage) -> tuple[int, int]:
+        """(free milli-GPU, bit mask of the typical shapes one share of which fits)."""
+        key = _device_key(node, device, usage)
+        hit = self._devices.get(key)
+        if hit is not None:
+            return hit
+        bits = 0
+        for bit, gpu in self._gpu_shapes:
+            if gpu.allows_model(device.model.name) and gpu.allows_mode(device.mode) and \
+                    not isinstance(device_share(gpu, node, device, usage), str):
+                bits |= bit
+        if len(self._devices) > _MEMO_LIMIT:
+            self._devices.clear()
+        result = (free_milli(device, usage), bits)
+        self._devices[key] = result
+        return result
+
+    def _p(self, mask: int) -> float:
+        value = self._popularity.get(mask)
+        if value is None:
+            value = sum(w for i, w in enumerate(self._weights) if mask >> i & 1)
+            self._popularity[mask] = value
+        return value
+
+    def cpu_level(self, cpu_free: int) -> int:
+        """How many typical shapes' CPU requests fit in ``cpu_free`` (F depends on CPU only so)."""
+        return bisect_right(self._cpu_levels, cpu_free)
+
+    def frag(self, profiles: Sequence[tuple[int, int]], cpu_free: int) -> float:
+        """F_n(M) of a node whose devices have ``profiles`` and ``cpu_free`` milli-CPU left."""
+        level = self.cpu_level(cpu_free)
+        feasible = self._cpu_masks[level - 1] if level else 0
+        for bit, count in self._multi:
+            if feasible & bit and sum(1 for _, b in profiles if b & bit) < count:
+                feasible &= ~bit
+        total = 0.0
+        for free, bits in profiles:
+            if free:
+                total += free * (1.0 - self._p(bits & feasible))
+        return total
+
+    def profiles(self, state: NodeState) -> list[tuple[int, int]]:
+        node = state.node
+        return [self.device_profile(node, d, u) for d, u in zip(node.devices, state.usage, strict=True)]
+
+    def node_frag(self, state: NodeState) -> float:
+        key = (self._token, "frag")
+        value: float | None = state.memo.get(key)
+        if value is None:
+            value = self.frag(self.profiles(state), state.cpu_free)
+            state.memo[key] = value
+        return value
+
+    def frag_after(self, state: NodeState, alloc: Allocation, profiles: list[tuple[int, int]] | None = None) -> float:
+        """F_n(M) once ``alloc`` is placed on ``state`` (``profiles``: the state's, if at hand)."""
+        node = state.node
+        after = list(profiles) if profiles is not None else self.profiles(state)
+        for share in alloc.shares:
+            device = node.devices[share.index]
+            after[share.index] = self.device_profile(node, device, add_share(device, state.usage[share.index], share))
+        return self.frag(after, state.cpu_free - alloc.cpu_milli)
+
+    def frag_rate_parts(self, state: NodeState) -> tuple[float, int]:
+        """(fragmented milli-GPU, idle milli-GPU) of a node, for cluster-wide rates."""
+        profiles = self.profiles(state)
+        return self.node_frag(state), sum(f for f, _ in profiles)

@@ -1,0 +1,85 @@
+"""What a node has: its devices (each in one sharing mode), CPU, memory and NVLink topology."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from .catalog import GpuModel, MigProfile
+
+
+class SharingMode(StrEnum):
+    EXCLUSIVE = "exclusive"
+    MPS = "mps"
+    TIME_SLICING = "time-slicing"
+    MIG = "mig"
+
+
+DEFAULT_MPS_CLIENTS = 48
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """A pre-created MIG instance of a static geometry."""
+
+    profile: MigProfile
+    start: int
+    uuid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One GPU.
+
+    ``mig_instances`` non-empty means a static MIG geometry; an empty tuple on a MIG
+    device means dynamic MIG, restricted to ``mig_allowed`` (empty: every profile of
+    the model's layout).
+    """
+
+    uuid: str
+    index: int
+    model: GpuModel
+    mode: SharingMode = SharingMode.EXCLUSIVE
+    mps_client_limit: int = DEFAULT_MPS_CLIENTS
+    replicas: int = 1
+    mig_instances: tuple[MigInstance, ...] = ()
+    mig_allowed: tuple[str, ...] = ()
+
+    @property
+    def memory_mib(self) -> int:
+        return self.model.memory_mib
+
+    @property
+    def mig_static(self) -> bool:
+        return bool(self.mig_instances)
+
+    def allowed_profiles(self) -> tuple[MigProfile, ...]:
+        layout = self.model.mig
+        if self.mode is not SharingMode.MIG or layout is None:
+            return ()
+        if self.mig_static:
+            seen: dict[str, MigProfile] = {}
+            for inst in self.mig_instances:
+                seen.setdefault(inst.profile.name, inst.profile)
+            return tuple(seen.values())
+        if not self.mig_allowed:
+            return layout.profiles
+        allowed = {a.lower() for a in self.mig_allowed}
+        return tuple(p for p in layout.profiles if p.name in allowed)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node as the core sees it. Oversubscription is in percent (100 = none)."""
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    devices: tuple[Device, ...] = ()
+    max_pods: int = 110
+    nvlink: frozenset[tuple[int, int]] = field(default_factory=frozenset)
+    mps_compute_oversub_pct: int = 100
+    ts_memory_oversub_pct: int = 100
+
+    def linked(self, a: int, b: int) -> bool:
+        return (a, b) in self.nvlink or (b, a) in self.nvlink

@@ -1,0 +1,6 @@
+"""Placement policies, each in its own module, registered by config name."""
+
+from . import bestfit, binpack, fgd, random, spread
+from .base import REGISTRY, Policy, make_policy, register
+
+__all__ = ["REGISTRY", "Policy", "bestfit", "binpack", "fgd", "make_policy", "random", "register", "spread"]

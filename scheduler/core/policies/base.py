@@ -1,0 +1,65 @@
+"""What a policy is: a placement within one node plus a score, registered by name.
+
+A policy sees one node's state and the candidate allocations ``fit`` found there; it
+returns the allocation it prefers and a score in 0..100 (higher is better). The loop
+that compares nodes (``scheduler.core.select``) knows no policy by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+from ..allocation import Allocation
+from ..capacity import free_after
+from ..request import Demand
+from ..state import NodeState
+
+
+class Policy:
+    """Base: choose the tightest allocation (least free share left on the GPUs it takes,
+    lowest index on ties) and score it with :meth:`score`."""
+
+    name: ClassVar[str] = ""
+    # Results depend only on (demand, node state): they may be cached per state.
+    cacheable: ClassVar[bool] = True
+    # Raise when learned parameters change, so cached results are not reused.
+    version: int = 0
+
+    def place(self, demand: Demand, state: NodeState, allocations: Sequence[Allocation]) -> tuple[float, Allocation]:
+        alloc = tightest(state, allocations)
+        return self.score(demand, state, alloc), alloc
+
+    def score(self, demand: Demand, state: NodeState, alloc: Allocation) -> float:
+        raise NotImplementedError
+
+    def normalize(self, scores: list[float]) -> list[float]:
+        """Rescale raw scores over the candidate nodes (identity unless a policy needs it)."""
+        return scores
+
+    def observe(self, demand: Demand) -> None:
+        """Called once per pod that arrives, before it is scored (online policies learn here)."""
+
+
+def tightest(state: NodeState, allocations: Sequence[Allocation]) -> Allocation:
+    if len(allocations) == 1:
+        return allocations[0]
+    return min(allocations, key=lambda a: free_after(state, a))
+
+
+REGISTRY: dict[str, Callable[..., Policy]] = {}
+
+
+def register(cls: type[Policy]) -> type[Policy]:
+    if not cls.name or cls.name in REGISTRY:
+        raise ValueError(f"policy {cls.__name__} needs a unique name, got {cls.name!r}")
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def make_policy(name: str, **options: Any) -> Policy:
+    """A policy by its config name; ValueError naming the accepted names if unknown."""
+    factory = REGISTRY.get(name)
+    if factory is None:
+        raise ValueError(f"unknown policy {name!r}; accepted: {', '.join(sorted(REGISTRY))}")
+    return factory(**options)

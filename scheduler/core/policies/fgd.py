@@ -1,0 +1,67 @@
+"""fgd: Fragmentation Gradient Descent (Weng et al., USENIX ATC 2023).
+
+Place the pod where the node's fragmentation against the typical workload grows
+least (see :mod:`scheduler.core.fragmentation` for F_n(M)). Inside the node every
+candidate GPU (or MIG slot) is tried and the one with the smallest F after wins
+(lowest index on ties). Node score = floor(100 * sigmoid((F_before - F_after) / 1000)),
+F in milli-GPU, so a placement that leaves no new fragment scores 50 and one that
+fills a fragment scores above.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ..allocation import Allocation
+from ..memo import intern
+from ..fragmentation import DEFAULT_WORKLOAD, Fragmentation, TypicalWorkload
+from ..request import Demand
+from ..state import NodeState
+from .base import Policy, register
+
+
+def sigmoid_score(delta: float) -> float:
+    """floor(100 * sigmoid(delta / 1000)); delta = F_before - F_after in milli-GPU."""
+    x = max(-50.0, min(50.0, delta / 1000))
+    return float(math.floor(100 / (1 + math.exp(-x))))
+
+
+@register
+class Fgd(Policy):
+    name = "fgd"
+
+    def __init__(self, workload: TypicalWorkload = DEFAULT_WORKLOAD) -> None:
+        self.fragmentation = Fragmentation(workload)
+
+    def place(self, demand: Demand, state: NodeState, allocations: Sequence[Allocation]) -> tuple[float, Allocation]:
+        frag = self.fragmentation
+        # F after depends on the GPU request and on which typical shapes' CPU still fits,
+        # not on the pod's exact CPU or memory: memoise on that coarser key.
+        key = (frag, intern(demand.gpu), frag.cpu_level(state.cpu_free - demand.cpu_milli), len(allocations))
+        hit: tuple[float, int] | None = state.memo.get(key)
+        if hit is not None:
+            return hit[0], allocations[hit[1]]
+        profiles = frag.profiles(state)
+        before = frag.node_frag(state)
+        best_after = math.inf
+        best = 0
+        tried: set[object] = set()
+        for i, alloc in enumerate(allocations):
+            # GPUs in the same state give the same F after: try each state once.
+            key = tuple((state.node.devices[s.index].model.name, state.usage[s.index], profiles[s.index],
+                         s.memory_mib, s.compute_milli, s.mig)
+                        for s in alloc.shares)
+            if key in tried:
+                continue
+            tried.add(key)
+            after = frag.frag_after(state, alloc, profiles)
+            if after < best_after:
+                best_after, best = after, i
+        score = sigmoid_score(before - best_after)
+        state.memo[key] = (score, best)
+        return score, allocations[best]
+
+    def score(self, demand: Demand, state: NodeState, alloc: Allocation) -> float:
+        frag = self.fragmentation
+        return sigmoid_score(frag.node_frag(state) - frag.frag_after(state, alloc))

@@ -1,0 +1,233 @@
+"""Compare nodes for one pod: the entry point the extender and the simulator share.
+
+Per node: ``fit`` (memoised on the node state) then the policy's placement (memoised on
+the state too when the policy is cacheable). A node state is immutable and replaced on
+every change, so a cached result can never be stale. Equal scores fall to ``order``
+(the simulator's seeded node rank), then to the nodes' given order.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .allocation import Allocation
+from .fit import Fit, fit
+from .memo import intern as _intern
+from .policies.base import Policy
+from .request import Demand
+from .state import NodeState
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    node: str
+    score: float
+    allocation: Allocation
+
+
+def fit_cached(demand: Demand, state: NodeState) -> Fit:
+    key = _intern(("fit", demand))
+    result: Fit | None = state.memo.get(key)
+    if result is None:
+        result = state.memo[key] = fit(demand, state)
+    return result
+
+
+def evaluate(policy: Policy, demand: Demand, state: NodeState, key: int | None = None) -> Placement | str:
+    """The policy's placement of ``demand`` on one node, or why it does not fit."""
+    if key is None and policy.cacheable:
+        key = _intern((policy, policy.version, demand))
+    if key is not None:
+        hit: Placement | str | None = state.memo.get(key)
+        if hit is not None:
+            return hit
+    found = fit_cached(demand, state)
+    if not found:
+        result: Placement | str = found.reason
+    else:
+        score, alloc = policy.place(demand, state, found.allocations)
+        result = Placement(state.node.name, score, alloc)
+    if key is not None:
+        state.memo[key] = result
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    placements: list[Placement]  # best first
+    failures: dict[str, str]  # node -> reason
+
+
+def rank(policy: Policy, demand: Demand, states: Sequence[NodeState],
+         order: Mapping[str, int] | None = None) -> Ranking:
+    """Every node's placement, best first, and the reasons of the nodes that do not fit."""
+    key = _intern((policy, policy.version, demand)) if policy.cacheable else None
+    placements: list[Placement] = []
+    failures: dict[str, str] = {}
+    for state in states:
+        result = evaluate(policy, demand, state, key)
+        if isinstance(result, str):
+            failures[state.node.name] = result
+        else:
+            placements.append(result)
+    scores = policy.normalize([p.score for p in placements])
+    if scores is not None and any(s != p.score for s, p in zip(scores, placements, strict=True)):
+        placements = [Placement(p.node, s, p.allocation) for s, p in zip(scores, placements, strict=True)]
+    position = {p.node: i for i, p in enumerate(placements)} if order is None else order
+    placements.sort(key=lambda p: (-p.score, position.get(p.node, 0)))
+    return Ranking(placements, failures)
+
+
+def best(policy: Policy, demand: Demand, states: Sequence[NodeState],
+         order: Mapping[str, int] | None = None) -> Placement | None:
+    """The winning placement (highest score, then lowest ``order``), or None if nothing fits."""
+    ranking = rank(policy, demand, states, order)
+    return ranking.placements[0] if ranking.placements else None
+
+
+class _Table:
+    """Every node's score for one (policy, demand), valid up to ``seen`` in the change log."""
+
+    __slots__ = ("scores", "seen")
+
+    def __init__(self, scores: np.ndarray, seen: int) -> None:
+        self.scores = scores
+        self.seen = seen
+
+
+class Scoreboard:
+    """A cluster's node states, with each node's score per (policy, demand) kept up to date.
+
+    Scoring a pod against N nodes costs N memo look-ups the first time; afterwards only
+    the nodes that changed since the last pod of the same demand are scored again, and
+    the winner is found by a vectorised argmax (ties: lowest ``order``, then position).
+    Not thread-safe: callers serialise access (the extender holds a lock).
+    """
+
+    _MAX_TABLES = 512
+
+    def __init__(self, states: Iterable[NodeState] = (), order: Mapping[str, int] | None = None) -> None:
+        self._states: list[NodeState] = []
+        self._index: dict[str, int] = {}
+        self._order = dict(order or {})
+        self._rank = np.zeros(0)
+        self._log: list[int] = []
+        self._tables: OrderedDict[int, _Table] = OrderedDict()
+        for state in states:
+            self._index[state.node.name] = len(self._states)
+            self._states.append(state)
+        self._reset()
+
+    def _reset(self) -> None:
+        n = len(self._states)
+        self._rank = np.array([self._order.get(s.node.name, n + i) for i, s in enumerate(self._states)],
+                              dtype=np.float64)
+        self._tables.clear()
+        self._log.clear()
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def states(self) -> Sequence[NodeState]:
+        return self._states
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    def get(self, name: str) -> NodeState | None:
+        i = self._index.get(name)
+        return None if i is None else self._states[i]
+
+    def put(self, state: NodeState) -> None:
+        """Add a node or replace its state."""
+        i = self._index.get(state.node.name)
+        if i is None:
+            self._index[state.node.name] = len(self._states)
+            self._states.append(state)
+            self._reset()
+            return
+        if self._states[i] is state:
+            return
+        self._states[i] = state
+        self._log.append(i)
+        if len(self._log) > 8 * len(self._states) + 1024:
+            self._tables.clear()
+            self._log.clear()
+
+    def remove(self, name: str) -> None:
+        i = self._index.pop(name, None)
+        if i is None:
+            return
+        del self._states[i]
+        self._index = {s.node.name: j for j, s in enumerate(self._states)}
+        self._reset()
+
+    # ------------------------------------------------------------ scoring
+
+    def _table(self, policy: Policy, demand: Demand) -> np.ndarray:
+        """Scores of every node (``-inf`` where the pod does not fit), refreshed incrementally."""
+        states = self._states
+        if not policy.cacheable:
+            return np.array([_score(evaluate(policy, demand, s)) for s in states], dtype=np.float64)
+        key = _intern((policy, policy.version, demand))
+        table = self._tables.get(key)
+        if table is None:
+            scores = np.array([_score(evaluate(policy, demand, s, key)) for s in states], dtype=np.float64)
+            table = self._tables[key] = _Table(scores, len(self._log))
+            if len(self._tables) > self._MAX_TABLES:
+                self._tables.popitem(last=False)
+            return scores
+        self._tables.move_to_end(key)
+        if table.seen < len(self._log):
+            for i in set(self._log[table.seen:]):
+                table.scores[i] = _score(evaluate(policy, demand, states[i], key))
+            table.seen = len(self._log)
+        return table.scores
+
+    def best(self, policy: Policy, demand: Demand) -> Placement | None:
+        """The winning placement over all nodes, or None if the pod fits nowhere."""
+        if not self._states:
+            return None
+        scores = self._table(policy, demand)
+        feasible = np.flatnonzero(scores > -np.inf)
+        if feasible.size == 0:
+            return None
+        values = scores[feasible]
+        if type(policy).normalize is not Policy.normalize:
+            values = np.array(policy.normalize(values.tolist()), dtype=np.float64)
+        top = feasible[values == values.max()]
+        i = int(top[np.argmin(self._rank[top])]) if top.size > 1 else int(top[0])
+        result = evaluate(policy, demand, self._states[i])
+        assert not isinstance(result, str)
+        if result.score != values.max():
+            result = Placement(result.node, float(values.max()), result.allocation)
+        return result
+
+    def rank(self, policy: Policy, demand: Demand, names: Iterable[str] | None = None) -> Ranking:
+        """Placements on ``names`` (all nodes if None), best first, and the others' reasons.
+
+        Names that are not in the cluster are reported as failures.
+        """
+        if names is None:
+            return rank(policy, demand, self._states, self._order or None)
+        states: list[NodeState] = []
+        unknown: dict[str, str] = {}
+        for name in names:
+            i = self._index.get(name)
+            if i is None:
+                unknown[name] = "node unknown to gpuslice"
+            else:
+                states.append(self._states[i])
+        ranking = rank(policy, demand, states, self._order or None)
+        ranking.failures.update(unknown)
+        return ranking
+
+
+def _score(result: Placement | str) -> float:
+    return -np.inf if isinstance(result, str) else result.score
