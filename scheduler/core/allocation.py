@@ -134,3 +134,20 @@ def decode_record(text: object, pod: str) -> Allocation:
         raise RecordError(pod, "the same GPU appears twice in one record")
     return Allocation(_str(pod, body, "node"), tuple(shares), _int(pod, body, "cpuMilli"),
                       _int(pod, body, "memoryMiB"))
+
+
+def record_annotations(alloc: Allocation, prefix: str, phase: str, timestamp: str) -> dict[str, str]:
+    """Every annotation a bind writes on the pod: the record, its phase, and the container's
+    environment (visible devices, and for MPS the thread percentage and memory limit)."""
+    out = {
+        prefix + "allocation": encode_record(alloc, timestamp),
+        prefix + "bind-phase": phase,
+        prefix + "visible-devices": alloc.visible_devices,
+    }
+    threads = alloc.mps_thread_percentage()
+    if threads is not None:
+        out[prefix + "mps-thread-percentage"] = str(threads)
+    limit = alloc.mps_memory_limit()
+    if limit is not None:
+        out[prefix + "mps-memory-limit"] = limit
+    return out

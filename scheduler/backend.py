@@ -1,0 +1,83 @@
+"""The seam between the extender and where the cluster lives.
+
+Two implementations: ``scheduler.kube.KubeBackend`` (list + watch against the API
+server, binds serialised per node by a compare-and-set) and
+``scheduler.extender.filebackend.FileBackend`` (a ``v1 List`` file, binds kept in memory).
+The extender depends only on this protocol; it never imports ``kubernetes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from scheduler.core.allocation import Allocation
+
+
+class Kind(StrEnum):
+    NODE = "node"
+    POD = "pod"
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One object added, modified (``obj`` set) or deleted (``obj`` None).
+
+    ``key`` is the node name, or ``namespace/name`` for a pod. ``obj`` is the object's
+    ordinary camelCase JSON as a dict, as the API server serves it.
+    """
+
+    kind: Kind
+    key: str
+    obj: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class BindResult:
+    """``allocation`` on success; otherwise ``error`` says why (the pod is then requeued)."""
+
+    allocation: Allocation | None = None
+    error: str = ""
+
+
+# Given the (pod key, allocation record JSON) of every pod that holds or is acquiring a
+# share on the node, as seen under the node's serialisation, return the allocation for
+# the pod being bound, or a reason why it no longer fits.
+Decide = Callable[[Sequence[tuple[str, str]]], Allocation | str]
+
+
+class Backend(Protocol):
+    def start(self, on_change: Callable[[Change], None]) -> None:
+        """List every node and pod, report each through ``on_change``, then follow changes.
+
+        Returns once the first full list has been reported (``ready()`` is then true).
+        ``on_change`` is called from the backend's own thread(s) afterwards.
+        """
+
+    def ready(self) -> bool:
+        """True once the first full sync is done and the watch is healthy."""
+
+    def stop(self) -> None: ...
+
+    def bind(self, pod: PodRef, node: str, decide: Decide) -> BindResult:
+        """Give ``pod`` a share on ``node`` and bind it there, or fail cleanly.
+
+        Under a per-node serialisation that holds across replicas: call ``decide`` with
+        the node's current records, persist its allocation, write the pod's annotations
+        (``record_annotations``), then create the Binding. On any failure undo what was
+        written and return an error. A repeated bind of a pod already bound to ``node``
+        returns its existing allocation without allocating twice.
+        """

@@ -1,0 +1,245 @@
+"""A Kubernetes Node (its JSON as a dict) to the core's :class:`Node` (DESIGN §3).
+
+Inventory, in order of precedence:
+1. the ``<prefix>inventory`` annotation (written by an agent or by hand), JSON:
+   ``{"devices": [{"uuid", "index", "model", "memoryMiB", "smCount", "mode",
+   "migInstances": [{"profile", "start", "uuid"}], "migProfiles": [...], "mpsClientLimit",
+   "replicas", "nvlinkPeers": [...]}], "mpsComputeOversubscriptionPct",
+   "timeSlicingMemoryOversubscriptionPct"}`` (a bare list of devices is accepted too);
+2. NVIDIA GPU feature discovery labels (``nvidia.com/gpu.product``, ``gpu.memory``,
+   ``gpu.count``, ``gpu.sharing-strategy``, ``gpu.replicas``, ``mig.strategy`` and the
+   ``nvidia.com/mig-<profile>.count`` family);
+3. ``status.allocatable`` of ``nvidia.com/gpu`` and ``nvidia.com/mig-*``.
+Label- and allocatable-derived devices have no UUIDs: they are named by index (``"0"``;
+MIG instances ``"0:1"``), which ``NVIDIA_VISIBLE_DEVICES`` accepts as well.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from . import mig
+from .allocation import MigSlot
+from .catalog import GpuModel, MigProfile, ProfileSpec, lookup_model
+from .errors import InventoryError, RequestError
+from .inventory import DEFAULT_MPS_CLIENTS, Device, MigInstance, Node, SharingMode
+from .quantity import bytes_to_mib, cpu_milli
+from .request import DEFAULT_PREFIX
+
+DEFAULT_MAX_PODS = 110
+UNKNOWN_MODEL = "UNKNOWN"
+
+
+def _problem(node: str, what: str) -> InventoryError:
+    return InventoryError(f"node {node}: {what}")
+
+
+def _int(node: str, raw: Mapping[str, Any], key: str, default: int | None = None, low: int = 0) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise _problem(node, f"inventory field {key!r} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def _model(node: str, name: object, memory: int | None, sms: int | None) -> GpuModel:
+    if not isinstance(name, str) or not name.strip():
+        name = UNKNOWN_MODEL
+    try:
+        return lookup_model(name, memory, sms)
+    except ValueError as exc:
+        raise _problem(node, str(exc)) from exc
+
+
+def _profile(node: str, model: GpuModel, text: object) -> MigProfile:
+    if model.mig is None:
+        raise _problem(node, f"model {model.name} has no MIG layout, but MIG profile {text!r} is listed")
+    try:
+        spec = ProfileSpec.parse(str(text), "inventory MIG profile")
+    except RequestError as exc:
+        raise _problem(node, str(exc)) from exc
+    profile = model.mig.match(spec)
+    if profile is None:
+        raise _problem(node, f"model {model.name} has no MIG profile {text!r}")
+    return profile
+
+
+def _check_static(node: str, device: Device) -> None:
+    layout = device.model.mig
+    assert layout is not None
+    used: tuple[MigSlot, ...] = ()
+    for inst in sorted(device.mig_instances, key=lambda i: i.start):
+        problem = mig.why_not(layout, used, inst.profile, inst.start)
+        if problem is not None:
+            raise _problem(node, f"GPU {device.index}: MIG geometry is illegal: {problem}")
+        used = (*used, mig.slot_of(inst.profile, inst.start))
+
+
+def _from_annotation(name: str, text: object) -> tuple[list[Device], set[tuple[int, int]], dict[str, int]]:
+    try:
+        body = json.loads(text) if isinstance(text, str) else None
+    except (ValueError, RecursionError) as exc:
+        raise _problem(name, f"inventory annotation is not JSON: {exc}") from exc
+    if isinstance(body, list):
+        body = {"devices": body}
+    if not isinstance(body, dict) or not isinstance(body.get("devices"), list):
+        raise _problem(name, "inventory annotation must be an object with a 'devices' list, or a list")
+    devices: list[Device] = []
+    links: set[tuple[int, int]] = set()
+    for position, raw in enumerate(body["devices"]):
+        if not isinstance(raw, dict):
+            raise _problem(name, f"inventory device {position} must be an object")
+        index = _int(name, raw, "index", position)
+        memory = raw.get("memoryMiB")
+        model = _model(name, raw.get("model"), _int(name, raw, "memoryMiB") if memory is not None else None,
+                       _int(name, raw, "smCount") if raw.get("smCount") is not None else None)
+        try:
+            mode = SharingMode(raw.get("mode", "exclusive"))
+        except ValueError as exc:
+            raise _problem(name, f"device {index}: mode must be one of {[m.value for m in SharingMode]}, "
+                                 f"got {raw.get('mode')!r}") from exc
+        if model.memory_mib <= 0:
+            raise _problem(name, f"device {index}: model {model.name} needs memoryMiB")
+        instances: list[MigInstance] = []
+        allowed: tuple[str, ...] = ()
+        if mode is SharingMode.MIG:
+            for k, inst in enumerate(raw.get("migInstances") or []):
+                if not isinstance(inst, dict):
+                    raise _problem(name, f"device {index}: migInstances[{k}] must be an object")
+                profile = _profile(name, model, inst.get("profile"))
+                instances.append(MigInstance(profile, _int(name, inst, "start"), str(inst.get("uuid") or "")))
+            allowed = tuple(_profile(name, model, p).name for p in raw.get("migProfiles") or [])
+            if model.mig is None:
+                raise _problem(name, f"device {index}: model {model.name} cannot run MIG")
+        uuid = raw.get("uuid") or str(index)
+        if not isinstance(uuid, str):
+            raise _problem(name, f"device {index}: uuid must be a string")
+        device = Device(uuid, index, model, mode, _int(name, raw, "mpsClientLimit", DEFAULT_MPS_CLIENTS, 1),
+                        _int(name, raw, "replicas", 1, 1), tuple(instances), allowed)
+        if instances:
+            _check_static(name, device)
+        devices.append(device)
+        for peer in raw.get("nvlinkPeers") or []:
+            if isinstance(peer, bool) or not isinstance(peer, int):
+                raise _problem(name, f"device {index}: nvlinkPeers must be GPU indices")
+            links.add((min(index, peer), max(index, peer)))
+    options = {
+        "mps": _int(name, body, "mpsComputeOversubscriptionPct", 100, 100),
+        "ts": _int(name, body, "timeSlicingMemoryOversubscriptionPct", 100, 100),
+    }
+    return devices, links, options
+
+
+def _static_layout(name: str, model: GpuModel, count: int, profiles: dict[str, int]) -> list[list[MigInstance]]:
+    """Spread labelled MIG instance counts over ``count`` GPUs: largest profiles first, each
+    on the GPU with the most free compute slices (the labels do not say which GPU holds what)."""
+    per_gpu: list[list[MigInstance]] = [[] for _ in range(count)]
+    used: list[tuple[MigSlot, ...]] = [() for _ in range(count)]
+    wanted = sorted(((_profile(name, model, p), n) for p, n in profiles.items()),
+                    key=lambda pn: (-pn[0].memory_slots, -pn[0].compute_slices))
+    layout = model.mig
+    assert layout is not None
+    for profile, n in wanted:
+        for _ in range(n):
+            for g in sorted(range(count), key=lambda g: (sum(s.slices for s in used[g]), g)):
+                start = mig.best_start(layout, used[g], profile)
+                if start is not None:
+                    used[g] = (*used[g], mig.slot_of(profile, start))
+                    per_gpu[g].append(MigInstance(profile, start, f"{g}:{len(per_gpu[g])}"))
+                    break
+            else:
+                raise _problem(name, f"{n} x {profile.name} do not fit on {count} {model.name} GPUs")
+    return per_gpu
+
+
+def _from_labels(name: str, labels: Mapping[str, str], allocatable: Mapping[str, Any]) -> list[Device]:
+    def label_int(key: str) -> int | None:
+        value = labels.get(key)
+        if value is None:
+            return None
+        if not str(value).strip().isdigit():
+            raise _problem(name, f"label {key} must be a whole number, got {value!r}")
+        return int(value)
+
+    memory = label_int("nvidia.com/gpu.memory")
+    model = _model(name, labels.get("nvidia.com/gpu.product"), memory, None) \
+        if labels.get("nvidia.com/gpu.product") or memory else None
+    count = label_int("nvidia.com/gpu.count")
+    mig_counts: dict[str, int] = {}
+    for key, value in list(labels.items()) + [(k, v) for k, v in allocatable.items()]:
+        if key.startswith("nvidia.com/mig-"):
+            profile = key.removeprefix("nvidia.com/mig-").removesuffix(".count")
+            if key.endswith((".count",)) or key in allocatable:
+                if any(key.endswith(s) for s in (".memory", ".product", ".engines.copy", ".engines.decoder",
+                                                  ".engines.encoder", ".engines.jpeg", ".engines.ofa",
+                                                  ".multiprocessors", ".replicas", ".slices.ci", ".slices.gi")):
+                    continue
+                n = int(str(value)) if str(value).isdigit() else None
+                if n is None:
+                    raise _problem(name, f"{key} must be a whole number, got {value!r}")
+                mig_counts[profile] = max(mig_counts.get(profile, 0), n)
+    gpus_alloc = allocatable.get("nvidia.com/gpu")
+    if count is None and gpus_alloc is not None:
+        if not str(gpus_alloc).isdigit():
+            raise _problem(name, f"allocatable nvidia.com/gpu must be a whole number, got {gpus_alloc!r}")
+        count = int(str(gpus_alloc))
+    if model is None:
+        model = _model(name, UNKNOWN_MODEL, 1, None)
+    if mig_counts:
+        if model.mig is None:
+            raise _problem(name, f"MIG instances are advertised but model {model.name} has no MIG layout "
+                                 "(label nvidia.com/gpu.product must name a MIG-capable model)")
+        gpus = max(1, count or 1)
+        per_gpu = _static_layout(name, model, gpus, {p: n for p, n in mig_counts.items() if n})
+        return [Device(str(g), g, model, SharingMode.MIG, mig_instances=tuple(per_gpu[g])) for g in range(gpus)
+                if per_gpu[g]]
+    strategy = labels.get("nvidia.com/gpu.sharing-strategy", "none")
+    replicas = label_int("nvidia.com/gpu.replicas") or 1
+    if strategy not in ("none", "mps", "time-slicing"):
+        raise _problem(name, f"label nvidia.com/gpu.sharing-strategy must be none, mps or time-slicing, "
+                             f"got {strategy!r}")
+    mode = {"none": SharingMode.EXCLUSIVE, "mps": SharingMode.MPS, "time-slicing": SharingMode.TIME_SLICING}[strategy]
+    if count and gpus_alloc is not None and mode is not SharingMode.EXCLUSIVE and count * replicas == int(
+            str(gpus_alloc)) and label_int("nvidia.com/gpu.count") is None:
+        count = count // replicas  # allocatable counts replicas under the device plugin's sharing
+    return [Device(str(i), i, model, mode, mps_client_limit=max(replicas, DEFAULT_MPS_CLIENTS)
+                   if mode is SharingMode.MPS else DEFAULT_MPS_CLIENTS, replicas=replicas)
+            for i in range(count or 0)]
+
+
+def parse_node(node: Mapping[str, Any], prefix: str = DEFAULT_PREFIX) -> Node:
+    """The core's view of a Kubernetes Node; :class:`InventoryError` names the node and the field."""
+    if not isinstance(node, Mapping):
+        raise InventoryError("node must be a JSON object")
+    meta = node.get("metadata") or {}
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    if not isinstance(name, str) or not name:
+        raise InventoryError("node has no metadata.name")
+    status = node.get("status") or {}
+    allocatable = status.get("allocatable") or {} if isinstance(status, Mapping) else {}
+    if not isinstance(allocatable, Mapping):
+        raise _problem(name, "status.allocatable must be an object")
+    annotations = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    if not isinstance(annotations, Mapping) or not isinstance(labels, Mapping):
+        raise _problem(name, "metadata.labels and metadata.annotations must be objects")
+    try:
+        cpu = cpu_milli(allocatable.get("cpu", 0))
+        memory = bytes_to_mib(allocatable.get("memory", 0))
+        pods = int(str(allocatable.get("pods", DEFAULT_MAX_PODS)))
+    except ValueError as exc:
+        raise _problem(name, f"status.allocatable has a malformed quantity: {exc}") from exc
+    links: set[tuple[int, int]] = set()
+    options = {"mps": 100, "ts": 100}
+    if prefix + "inventory" in annotations:
+        devices, links, options = _from_annotation(name, annotations[prefix + "inventory"])
+    else:
+        devices = _from_labels(name, labels, allocatable)
+    indices = [d.index for d in devices]
+    if sorted(indices) != list(range(len(devices))):
+        raise _problem(name, f"GPU indices must be 0..{len(devices) - 1} without gaps, got {sorted(indices)}")
+    devices.sort(key=lambda d: d.index)
+    return Node(name, cpu, memory, tuple(devices), pods, frozenset(links), options["mps"], options["ts"])
