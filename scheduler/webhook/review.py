@@ -1,0 +1,445 @@
+"""Pod admission decisions: an AdmissionReview ``admission.k8s.io/v1`` dict in, a reply out.
+
+``mutate`` (CREATE), for a pod that requests a GPU (annotations under the prefix, or
+``nvidia.com/gpu`` / ``nvidia.com/mig-<profile>`` resources):
+
+* sets ``spec.schedulerName`` to gpuslice's unless the pod names another scheduler (the API
+  server has already defaulted an absent name to ``default-scheduler``, so that one counts
+  as "not named");
+* gives each GPU container its environment through the downward API, read from the
+  annotations the bind writes (kubelet resolves them at container start, after the bind):
+  ``NVIDIA_VISIBLE_DEVICES`` and, where the pod may land on an MPS GPU,
+  ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``. GPU
+  containers are those with an ``nvidia.com/*`` GPU resource, or every container (init
+  containers included) when the request is made by annotation, since that request is per pod;
+* removes the annotations only gpuslice writes (``allocation``, ``bind-phase``,
+  ``visible-devices``, ``mps-*``...) from any new pod, so nobody claims a share the
+  scheduler did not give.
+
+A pod with neither a GPU request nor such annotations gets an empty reply: allowed, no patch.
+A malformed request is denied with the core parser's message (key, value, accepted forms).
+
+``validate`` (CREATE) denies the same malformed requests, and output annotations or a
+hand-written device environment that survived mutation; (UPDATE) denies a change to the
+output annotations by anyone but gpuslice itself (``trusted_users`` / ``trusted_groups``):
+kubelet re-reads a downward-API annotation whenever a container restarts, so an edited
+``visible-devices`` would otherwise hand the container another pod's GPU.
+
+A body that is not an AdmissionReview v1 raises nothing: the reply carries HTTP 400 and a
+denied response whose message says what was wrong and what is accepted.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from scheduler.core.errors import ConfigError, GpusliceError, RequestError
+from scheduler.core.inventory import SharingMode
+from scheduler.core.policies import REGISTRY
+from scheduler.core.request import DEFAULT_PREFIX, OUTPUT_KEYS, GpuKind, GpuRequest, parse_pod
+
+API_VERSION: Final = "admission.k8s.io/v1"
+KIND: Final = "AdmissionReview"
+DEFAULT_SCHEDULER_NAME: Final = "gpuslice"
+# The name the API server writes into spec.schedulerName when a pod names none.
+KUBE_DEFAULT_SCHEDULER: Final = "default-scheduler"
+OPERATIONS: Final = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+# Annotations gpuslice writes on pods (the node-only ``inventory`` excluded).
+POD_OUTPUT_KEYS: Final = tuple(sorted(OUTPUT_KEYS - {"inventory"}))
+
+# (environment variable, annotation it is read from (without prefix), only for MPS shares)
+ENV_FROM_ANNOTATIONS: Final = (
+    ("NVIDIA_VISIBLE_DEVICES", "visible-devices", False),
+    ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "mps-thread-percentage", True),
+    ("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "mps-memory-limit", True),
+)
+
+_DENIED_INVALID = 422
+_DENIED_FORBIDDEN = 403
+_MALFORMED = 400
+
+
+class ReviewError(GpusliceError, ValueError):
+    """The body is not an AdmissionReview v1 the webhook can answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookConfig:
+    """What the webhook needs to know; checked once, at construction.
+
+    ``trusted_users`` / ``trusted_groups`` may change the output annotations of an existing
+    pod: gpuslice's own service account (``system:serviceaccount:<namespace>:<name>``) and
+    cluster administrators.
+    """
+
+    prefix: str = DEFAULT_PREFIX
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    policies: frozenset[str] | None = None
+    trusted_users: frozenset[str] = frozenset()
+    trusted_groups: frozenset[str] = frozenset({"system:masters"})
+
+    def __post_init__(self) -> None:
+        if not self.prefix.endswith("/") or len(self.prefix) < 2 or " " in self.prefix:
+            raise ConfigError(
+                f"webhook.prefix: {self.prefix!r} must be a DNS-style prefix ending in '/', such as {DEFAULT_PREFIX!r}"
+            )
+        if not self.scheduler_name or self.scheduler_name == KUBE_DEFAULT_SCHEDULER:
+            raise ConfigError(
+                f"webhook.schedulerName: {self.scheduler_name!r} must be the name of gpuslice's "
+                f"own kube-scheduler profile, such as {DEFAULT_SCHEDULER_NAME!r}"
+            )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> WebhookConfig:
+        """Defaults, plus the service account named by ``GPUSLICE_NAMESPACE`` and
+        ``GPUSLICE_SERVICE_ACCOUNT`` (the Deployment sets both through the downward API),
+        the prefix in ``GPUSLICE_ANNOTATION_PREFIX``, and the registered policy names."""
+        namespace, account = environ.get("GPUSLICE_NAMESPACE", ""), environ.get("GPUSLICE_SERVICE_ACCOUNT", "")
+        users = frozenset({f"system:serviceaccount:{namespace}:{account}"}) if namespace and account else frozenset()
+        return cls(
+            prefix=environ.get("GPUSLICE_ANNOTATION_PREFIX", DEFAULT_PREFIX),
+            policies=frozenset(REGISTRY),
+            trusted_users=users,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The HTTP status and the AdmissionReview to send back."""
+
+    status: int
+    body: dict[str, Any]
+
+    @property
+    def response(self) -> dict[str, Any]:
+        response: dict[str, Any] = self.body["response"]
+        return response
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    uid: str
+    operation: str
+    namespace: str
+    is_pod: bool
+    obj: Mapping[str, Any] | None
+    old: Mapping[str, Any] | None
+    username: str
+    groups: frozenset[str]
+
+
+@dataclass(slots=True)
+class _Decision:
+    allowed: bool = True
+    code: int = 200
+    message: str = ""
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- envelope
+
+
+def _parse(body: object) -> _Request:
+    accepted = f"an AdmissionReview with apiVersion {API_VERSION} and a request object (admissionReviewVersions: [v1])"
+    if not isinstance(body, Mapping):
+        raise ReviewError(f"body: expected a JSON object, got {type(body).__name__}; accepted: {accepted}")
+    if body.get("apiVersion") != API_VERSION or body.get("kind") != KIND:
+        raise ReviewError(f"apiVersion/kind: got {body.get('apiVersion')!r}/{body.get('kind')!r}; accepted: {accepted}")
+    request = body.get("request")
+    if not isinstance(request, Mapping):
+        raise ReviewError(f"request: expected an object, got {type(request).__name__}; accepted: {accepted}")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ReviewError(f"request.uid: expected a non-empty string, got {uid!r}")
+    operation = request.get("operation")
+    if operation not in OPERATIONS:
+        raise ReviewError(f"request.operation: got {operation!r}; accepted: one of {', '.join(OPERATIONS)}")
+    kind = request.get("kind")
+    resource = request.get("resource")
+    is_pod = (
+        (isinstance(kind, Mapping) and kind.get("kind") == "Pod" and not kind.get("group"))
+        or (isinstance(resource, Mapping) and resource.get("resource") == "pods" and not resource.get("group"))
+    ) and not request.get("subResource")
+    obj, old = request.get("object"), request.get("oldObject")
+    if is_pod and operation in ("CREATE", "UPDATE") and not isinstance(obj, Mapping):
+        raise ReviewError(
+            f"request.object: expected the Pod as a JSON object for {operation}, got {type(obj).__name__}"
+        )
+    if is_pod and operation == "UPDATE" and not isinstance(old, Mapping):
+        raise ReviewError(
+            f"request.oldObject: expected the previous Pod as a JSON object for UPDATE, got {type(old).__name__}"
+        )
+    namespace = request.get("namespace")
+    user = request.get("userInfo")
+    user = user if isinstance(user, Mapping) else {}
+    username = user.get("username")
+    groups = user.get("groups")
+    return _Request(
+        uid=uid,
+        operation=str(operation),
+        namespace=namespace if isinstance(namespace, str) else "",
+        is_pod=bool(is_pod),
+        obj=obj if isinstance(obj, Mapping) else None,
+        old=old if isinstance(old, Mapping) else None,
+        username=username if isinstance(username, str) else "",
+        groups=frozenset(g for g in groups if isinstance(g, str)) if isinstance(groups, list) else frozenset(),
+    )
+
+
+def _reply(uid: str, decision: _Decision, status: int = 200) -> Reply:
+    response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
+    if not decision.allowed:
+        response["status"] = {"code": decision.code, "message": decision.message}
+    if decision.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(decision.patch, separators=(",", ":")).encode()).decode()
+    if decision.warnings:
+        response["warnings"] = list(decision.warnings)
+    return Reply(status, {"apiVersion": API_VERSION, "kind": KIND, "response": response})
+
+
+def _malformed(body: object, problem: str) -> Reply:
+    uid = ""
+    if isinstance(body, Mapping) and isinstance(body.get("request"), Mapping):
+        raw = body["request"].get("uid")
+        uid = raw if isinstance(raw, str) else ""
+    return _reply(uid, _Decision(allowed=False, code=_MALFORMED, message=problem), status=_MALFORMED)
+
+
+def malformed(problem: str) -> Reply:
+    """The reply to a body that could not even be read as JSON."""
+    return _malformed(None, problem)
+
+
+# ---------------------------------------------------------------- JSON Patch (RFC 6902) helpers
+
+
+def pointer(*parts: str | int) -> str:
+    """A JSON Pointer (RFC 6901): ``~`` becomes ``~0`` and ``/`` becomes ``~1`` in each part."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def env_entry(name: str, annotation: str) -> dict[str, Any]:
+    """An env entry that kubelet fills from one of the pod's annotations."""
+    path = f"metadata.annotations['{annotation}']"
+    return {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
+
+
+# ---------------------------------------------------------------- pod inspection
+
+
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
+def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = pod.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _output_annotations(pod: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    wanted = {prefix + k for k in POD_OUTPUT_KEYS}
+    return {k: v for k, v in _annotations(pod).items() if k in wanted}
+
+
+def _has_gpu_resource(container: Mapping[str, Any]) -> bool:
+    resources = container.get("resources")
+    if not isinstance(resources, Mapping):
+        return False
+    for section in ("limits", "requests"):
+        values = resources.get(section)
+        if not isinstance(values, Mapping):
+            continue
+        for name, value in values.items():
+            gpu = name == "nvidia.com/gpu" or (isinstance(name, str) and name.startswith("nvidia.com/mig-"))
+            if gpu and str(value).strip() not in ("0", ""):
+                return True
+    return False
+
+
+def _containers(spec: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]]:
+    out: list[tuple[str, int, Mapping[str, Any]]] = []
+    for section in ("initContainers", "containers"):
+        items = spec.get(section)
+        if isinstance(items, list):
+            out.extend((section, i, c) for i, c in enumerate(items) if isinstance(c, Mapping))
+    return out
+
+
+def gpu_containers(pod: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]]:
+    """The containers that receive the GPU environment, as (section, index, container).
+
+    With ``nvidia.com/*`` GPU resources: exactly the containers that request one. With an
+    annotation request (per pod): every container and init container.
+    """
+    everything = _containers(_spec(pod))
+    with_resource = [c for c in everything if _has_gpu_resource(c[2])]
+    return with_resource or everything
+
+
+def _wants_mps_env(gpu: GpuRequest) -> bool:
+    return gpu.kind in (GpuKind.SHARE, GpuKind.WHOLE) and gpu.allows_mode(SharingMode.MPS)
+
+
+def wanted_env(gpu: GpuRequest, prefix: str) -> list[dict[str, Any]]:
+    """The env entries every GPU container of a pod with this request gets."""
+    mps = _wants_mps_env(gpu)
+    return [env_entry(name, prefix + key) for name, key, mps_only in ENV_FROM_ANNOTATIONS if mps or not mps_only]
+
+
+def _env_ops(
+    section: str, index: int, container: Mapping[str, Any], wanted: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    env = container.get("env")
+    if not isinstance(env, list) or not env:
+        return [{"op": "add", "path": pointer("spec", section, index, "env"), "value": list(wanted)}]
+    ops: list[dict[str, Any]] = []
+    for entry in wanted:
+        matches = [j for j, e in enumerate(env) if isinstance(e, Mapping) and e.get("name") == entry["name"]]
+        for j in matches:
+            if env[j] != entry:
+                ops.append({"op": "replace", "path": pointer("spec", section, index, "env", j), "value": entry})
+        if not matches:
+            ops.append({"op": "add", "path": pointer("spec", section, index, "env", "-"), "value": entry})
+    return ops
+
+
+def _parse_pod(pod: Mapping[str, Any], config: WebhookConfig) -> GpuRequest:
+    """The pod's GPU request (the core's one parser); raises RequestError."""
+    return parse_pod(pod, config.prefix, config.policies).demand.gpu
+
+
+def concerns_gpuslice(pod: Mapping[str, Any], prefix: str) -> bool:
+    """Whether the pod has an annotation under the prefix or an ``nvidia.com/*`` GPU resource;
+    the webhook leaves every other pod alone without parsing it."""
+    if any(isinstance(k, str) and k.startswith(prefix) for k in _annotations(pod)):
+        return True
+    return any(_has_gpu_resource(c) for _, _, c in _containers(_spec(pod)))
+
+
+# ---------------------------------------------------------------- decisions
+
+
+def _mutate_pod(req: _Request, config: WebhookConfig) -> _Decision:
+    assert req.obj is not None
+    pod = req.obj
+    decision = _Decision()
+    for key in sorted(_output_annotations(pod, config.prefix)):
+        decision.patch.append({"op": "remove", "path": pointer("metadata", "annotations", key)})
+        decision.warnings.append(f"removed annotation {key}: only the gpuslice scheduler writes it")
+    try:
+        gpu = _parse_pod(pod, config)
+    except RequestError as exc:
+        return _Decision(allowed=False, code=_DENIED_INVALID, message=str(exc))
+    if gpu.kind is GpuKind.NONE:
+        return decision
+
+    current = _spec(pod).get("schedulerName")
+    if current in (None, "", KUBE_DEFAULT_SCHEDULER):
+        decision.patch.append({"op": "add", "path": "/spec/schedulerName", "value": config.scheduler_name})
+    elif current != config.scheduler_name:
+        decision.warnings.append(
+            f"spec.schedulerName is {current!r}: gpuslice will not place this pod, so its "
+            f"GPU request ({gpu.describe()}) is not enforced"
+        )
+    wanted = wanted_env(gpu, config.prefix)
+    for section, index, container in gpu_containers(pod):
+        decision.patch.extend(_env_ops(section, index, container, wanted))
+    return decision
+
+
+def _validate_create(req: _Request, config: WebhookConfig) -> _Decision:
+    assert req.obj is not None
+    pod = req.obj
+    try:
+        gpu = _parse_pod(pod, config)
+    except RequestError as exc:
+        return _Decision(allowed=False, code=_DENIED_INVALID, message=str(exc))
+    forged = sorted(_output_annotations(pod, config.prefix))
+    if forged:
+        return _Decision(
+            allowed=False,
+            code=_DENIED_FORBIDDEN,
+            message=f"annotations {', '.join(forged)} are written by the gpuslice scheduler only; "
+            "remove them from the pod",
+        )
+    if gpu.kind is GpuKind.NONE:
+        return _Decision()
+    wanted = {e["name"]: e for e in wanted_env(gpu, config.prefix)}
+    for section, index, container in gpu_containers(pod):
+        env = container.get("env")
+        for entry in env if isinstance(env, list) else []:
+            if isinstance(entry, Mapping) and entry.get("name") in wanted and entry != wanted[entry["name"]]:
+                return _Decision(
+                    allowed=False,
+                    code=_DENIED_FORBIDDEN,
+                    message=f"spec.{section}[{index}].env {entry['name']}: set by gpuslice from the pod's "
+                    f"allocation ({wanted[entry['name']]['valueFrom']['fieldRef']['fieldPath']}); "
+                    "remove it from the container",
+                )
+    current = _spec(pod).get("schedulerName")
+    if current != config.scheduler_name:
+        return _Decision(
+            warnings=[
+                f"spec.schedulerName is {current!r}: gpuslice will not place this pod, so its "
+                f"GPU request ({gpu.describe()}) is not enforced"
+            ]
+        )
+    return _Decision()
+
+
+def _validate_update(req: _Request, config: WebhookConfig) -> _Decision:
+    assert req.obj is not None and req.old is not None
+    before = _output_annotations(req.old, config.prefix)
+    after = _output_annotations(req.obj, config.prefix)
+    if before == after:
+        return _Decision()
+    if req.username in config.trusted_users or req.groups & config.trusted_groups:
+        return _Decision()
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    return _Decision(
+        allowed=False,
+        code=_DENIED_FORBIDDEN,
+        message=f"annotations {', '.join(changed)} are written by the gpuslice scheduler only; "
+        f"user {req.username or '(unknown)'} may not change them",
+    )
+
+
+def mutate(body: object, config: WebhookConfig | None = None) -> Reply:
+    """The mutating webhook: AdmissionReview v1 (a parsed JSON body) in, reply out."""
+    config = config or WebhookConfig()
+    try:
+        req = _parse(body)
+    except ReviewError as exc:
+        return _malformed(body, str(exc))
+    if not req.is_pod or req.operation != "CREATE" or req.obj is None:
+        return _reply(req.uid, _Decision())
+    if not concerns_gpuslice(req.obj, config.prefix):
+        return _reply(req.uid, _Decision())
+    return _reply(req.uid, _mutate_pod(req, config))
+
+
+def validate(body: object, config: WebhookConfig | None = None) -> Reply:
+    """The validating webhook: AdmissionReview v1 (a parsed JSON body) in, reply out."""
+    config = config or WebhookConfig()
+    try:
+        req = _parse(body)
+    except ReviewError as exc:
+        return _malformed(body, str(exc))
+    if not req.is_pod or req.obj is None:
+        return _reply(req.uid, _Decision())
+    if req.operation == "UPDATE":
+        return _reply(req.uid, _validate_update(req, config))
+    if req.operation != "CREATE":
+        return _reply(req.uid, _Decision())
+    if not concerns_gpuslice(req.obj, config.prefix):
+        return _reply(req.uid, _Decision())
+    return _reply(req.uid, _validate_create(req, config))

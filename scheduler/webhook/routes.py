@@ -1,0 +1,67 @@
+"""``POST /mutate`` and ``POST /validate``: the webhook on a FastAPI ``APIRouter``.
+
+The app that includes ``router`` may set ``app.state.webhook_config`` to a
+:class:`~scheduler.webhook.review.WebhookConfig` (its annotation prefix, scheduler name,
+policies); without one the webhook uses the defaults plus the environment
+(``WebhookConfig.from_env``). The body is read raw, never through FastAPI's validation, so
+a malformed body gets the webhook's own 400 reply rather than a 422 or a 500.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cache
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from .review import Reply, WebhookConfig, malformed, mutate, validate
+
+router = APIRouter(tags=["admission webhook"])
+
+# The API server never sends more than a few MiB; anything larger is not a review.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+@cache
+def _default_config() -> WebhookConfig:
+    return WebhookConfig.from_env(os.environ)
+
+
+def config_of(request: Request) -> WebhookConfig:
+    config = getattr(request.app.state, "webhook_config", None)
+    return config if isinstance(config, WebhookConfig) else _default_config()
+
+
+async def _read(request: Request) -> object | Reply:
+    raw = await request.body()
+    if len(raw) > MAX_BODY_BYTES:
+        return malformed(f"body: {len(raw)} bytes is larger than the {MAX_BODY_BYTES} accepted")
+    try:
+        body: object = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        return malformed(f"body: not JSON ({exc}); accepted: an AdmissionReview admission.k8s.io/v1 as JSON")
+    return body
+
+
+def _send(reply: Reply) -> JSONResponse:
+    return JSONResponse(reply.body, status_code=reply.status)
+
+
+@router.post("/mutate")
+async def mutate_pod(request: Request) -> JSONResponse:
+    """Mutating admission for pods: scheduler name, device environment, no forged records."""
+    body = await _read(request)
+    if isinstance(body, Reply):
+        return _send(body)
+    return _send(mutate(body, config_of(request)))
+
+
+@router.post("/validate")
+async def validate_pod(request: Request) -> JSONResponse:
+    """Validating admission for pods: request annotations, and output annotations kept to gpuslice."""
+    body = await _read(request)
+    if isinstance(body, Reply):
+        return _send(body)
+    return _send(validate(body, config_of(request)))
