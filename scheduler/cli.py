@@ -12,6 +12,11 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _root() -> None:
+    """Share NVIDIA GPUs densely: a kube-scheduler extender, and a simulator for its policies."""
+
+
 @app.command()
 def demo() -> None:
     """Pack a few pods onto a small mixed cluster and print where each one went."""
@@ -28,7 +33,7 @@ def _register() -> None:
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:
-            if exc.name != module:
+            if exc.name is None or not module.startswith(exc.name):
                 raise
 
 

@@ -70,8 +70,9 @@ def encode_record(alloc: Allocation, timestamp: str | None = None) -> str:
                 "mode": s.mode.value,
                 "memoryMiB": s.memory_mib,
                 "computeMilli": s.compute_milli,
-                "mig": None if s.mig is None else {
-                    "profile": s.mig.profile, "start": s.mig.start, "size": s.mig.size, "slices": s.mig.slices},
+                "mig": None
+                if s.mig is None
+                else {"profile": s.mig.profile, "start": s.mig.start, "size": s.mig.size, "slices": s.mig.slices},
             }
             for s in alloc.shares
         ],
@@ -115,25 +116,37 @@ def decode_record(text: object, pod: str) -> Allocation:
         if not isinstance(raw, dict):
             raise RecordError(pod, "each entry of 'devices' must be an object")
         try:
-            mode = SharingMode(raw.get("mode"))
+            mode = SharingMode(str(raw.get("mode")))
         except ValueError as exc:
-            raise RecordError(pod, f"field 'mode' must be one of {[m.value for m in SharingMode]}, "
-                                   f"got {raw.get('mode')!r}") from exc
+            raise RecordError(
+                pod, f"field 'mode' must be one of {[m.value for m in SharingMode]}, got {raw.get('mode')!r}"
+            ) from exc
         mig_raw = raw.get("mig")
         mig = None
         if mig_raw is not None:
             if not isinstance(mig_raw, dict):
                 raise RecordError(pod, "field 'mig' must be an object or null")
-            mig = MigSlot(_int(pod, mig_raw, "start"), _int(pod, mig_raw, "size", 1),
-                          _int(pod, mig_raw, "slices", 1), _str(pod, mig_raw, "profile"))
+            mig = MigSlot(
+                _int(pod, mig_raw, "start"),
+                _int(pod, mig_raw, "size", 1),
+                _int(pod, mig_raw, "slices", 1),
+                _str(pod, mig_raw, "profile"),
+            )
         if (mig is None) == (mode is SharingMode.MIG):
             raise RecordError(pod, "a MIG share needs 'mig' and only a MIG share may have it")
-        shares.append(DeviceShare(_str(pod, raw, "uuid"), _int(pod, raw, "index"), mode,
-                                  _int(pod, raw, "memoryMiB"), _int(pod, raw, "computeMilli"), mig))
+        shares.append(
+            DeviceShare(
+                _str(pod, raw, "uuid"),
+                _int(pod, raw, "index"),
+                mode,
+                _int(pod, raw, "memoryMiB"),
+                _int(pod, raw, "computeMilli"),
+                mig,
+            )
+        )
     if len({s.index for s in shares}) != len(shares):
         raise RecordError(pod, "the same GPU appears twice in one record")
-    return Allocation(_str(pod, body, "node"), tuple(shares), _int(pod, body, "cpuMilli"),
-                      _int(pod, body, "memoryMiB"))
+    return Allocation(_str(pod, body, "node"), tuple(shares), _int(pod, body, "cpuMilli"), _int(pod, body, "memoryMiB"))
 
 
 def record_annotations(alloc: Allocation, prefix: str, phase: str, timestamp: str) -> dict[str, str]:

@@ -27,8 +27,9 @@ def free_milli(device: Device, usage: DeviceUsage) -> int:
             return 0
         if device.mig_static:
             used = {(s.profile, s.start) for s in usage.mig}
-            free_slots = sum(i.profile.memory_slots for i in device.mig_instances
-                             if (i.profile.name, i.start) not in used)
+            free_slots = sum(
+                i.profile.memory_slots for i in device.mig_instances if (i.profile.name, i.start) not in used
+            )
             return free_slots * MILLI // layout.memory_slots
         mem_free = layout.memory_slots - sum(s.size for s in usage.mig)
         slices_free = layout.compute_slices - sum(s.slices for s in usage.mig)

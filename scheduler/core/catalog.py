@@ -48,9 +48,12 @@ class MigLayout:
         """The profile with the requested slices and (within 1 GB) memory, if any."""
         best: MigProfile | None = None
         for p in self.profiles:
-            if p.compute_slices == spec.compute_slices and abs(p.memory_gb - spec.memory_gb) <= 1:
-                if best is None or abs(p.memory_gb - spec.memory_gb) < abs(best.memory_gb - spec.memory_gb):
-                    best = p
+            if (
+                p.compute_slices == spec.compute_slices
+                and abs(p.memory_gb - spec.memory_gb) <= 1
+                and (best is None or abs(p.memory_gb - spec.memory_gb) < abs(best.memory_gb - spec.memory_gb))
+            ):
+                best = p
         return best
 
 
@@ -99,8 +102,9 @@ _A30_SHAPES = (
 )
 
 
-def _layout(memory_slots: int, compute: int, shapes: tuple[tuple[int, int, int, tuple[int, ...]], ...],
-            names: tuple[str, ...]) -> MigLayout:
+def _layout(
+    memory_slots: int, compute: int, shapes: tuple[tuple[int, int, int, tuple[int, ...]], ...], names: tuple[str, ...]
+) -> MigLayout:
     profiles = []
     for (mem, slices, count, starts), name in zip(shapes, names, strict=True):
         spec = ProfileSpec.parse(name)

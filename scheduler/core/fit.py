@@ -17,7 +17,7 @@ from .allocation import Allocation, DeviceShare
 from .catalog import MigProfile
 from .inventory import Device, Node, SharingMode
 from .memo import intern
-from .request import Demand, GpuKind, GpuRequest
+from .request import MILLI, Demand, GpuKind, GpuRequest
 from .state import DeviceUsage, NodeState, why_not
 
 _MAX_COMBINATIONS = 4096
@@ -38,17 +38,34 @@ def _mig_share(gpu: GpuRequest, device: Device, usage: DeviceUsage, profiles: li
     for profile in profiles:
         if device.mig_static:
             used = {(s.profile, s.start) for s in usage.mig}
-            inst = next((i for i in sorted(device.mig_instances, key=lambda i: i.start)
-                         if i.profile.name == profile.name and (profile.name, i.start) not in used), None)
+            inst = next(
+                (
+                    i
+                    for i in sorted(device.mig_instances, key=lambda i: i.start)
+                    if i.profile.name == profile.name and (profile.name, i.start) not in used
+                ),
+                None,
+            )
             if inst is not None:
-                return DeviceShare(inst.uuid or device.uuid, device.index, SharingMode.MIG, profile.memory_mib,
-                                   profile.compute_slices * 1000 // layout.compute_slices,
-                                   mig.slot_of(profile, inst.start))
+                return DeviceShare(
+                    inst.uuid or device.uuid,
+                    device.index,
+                    SharingMode.MIG,
+                    profile.memory_mib,
+                    profile.compute_slices * 1000 // layout.compute_slices,
+                    mig.slot_of(profile, inst.start),
+                )
             continue
         start = mig.best_start(layout, usage.mig, profile)
         if start is not None:
-            return DeviceShare(device.uuid, device.index, SharingMode.MIG, profile.memory_mib,
-                               profile.compute_slices * 1000 // layout.compute_slices, mig.slot_of(profile, start))
+            return DeviceShare(
+                device.uuid,
+                device.index,
+                SharingMode.MIG,
+                profile.memory_mib,
+                profile.compute_slices * 1000 // layout.compute_slices,
+                mig.slot_of(profile, start),
+            )
     names = "|".join(p.name for p in profiles) or (gpu.profile.text if gpu.profile else "the request")
     return f"no free MIG slot for {names}"
 
@@ -70,17 +87,23 @@ def device_share(gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage
             return f"GPU {device.index} is partitioned by MIG; whole GPUs need another mode"
         memory, compute = gpu.share_on(device)
         covering = sorted(
-            (p for p in allowed
-             if p.memory_mib >= memory and p.compute_slices * 1000 >= compute * layout.compute_slices),
+            (
+                p
+                for p in allowed
+                if p.memory_mib >= memory and p.compute_slices * 1000 >= compute * layout.compute_slices
+            ),
             key=lambda p: (p.memory_slots, p.compute_slices),
         )
         if not covering:
-            return f"needs {memory} MiB and {compute / 10:g}% compute, larger than any MIG profile of GPU " \
-                   f"{device.index}"
+            return (
+                f"needs {memory} MiB and {compute / 10:g}% compute, larger than any MIG profile of GPU {device.index}"
+            )
         return _mig_share(gpu, device, usage, covering)
     if gpu.kind is GpuKind.MIG:
         return f"GPU {device.index} is not in MIG mode"
     memory, compute = gpu.share_on(device)
+    if device.mode is SharingMode.EXCLUSIVE and memory <= device.memory_mib and compute <= MILLI:
+        memory, compute = device.memory_mib, MILLI  # an exclusive GPU is given whole, whatever was asked
     share = DeviceShare(device.uuid, device.index, device.mode, memory, compute)
     problem = why_not(node, device, usage, share)
     return share if problem is None else problem
@@ -93,8 +116,10 @@ def _best_connected(node: Node, indices: list[int], count: int) -> list[int]:
     graph = nx.Graph()
     graph.add_nodes_from(indices)
     graph.add_edges_from(e for e in node.nvlink if e[0] in graph and e[1] in graph)
-    best = max(islice(combinations(indices, count), _MAX_COMBINATIONS),
-               key=lambda c: (graph.subgraph(c).number_of_edges(), [-i for i in c]))
+    best = max(
+        islice(combinations(indices, count), _MAX_COMBINATIONS),
+        key=lambda c: (graph.subgraph(c).number_of_edges(), [-i for i in c]),
+    )
     return list(best)
 
 

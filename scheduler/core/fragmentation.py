@@ -47,8 +47,7 @@ class TypicalWorkload:
         Shapes are keyed by CPU and GPU request (memory is not part of the key); equal
         counts are ordered by the larger key, as the FGD authors' code does.
         """
-        counts: Counter[tuple[int, GpuRequest]] = Counter(
-            (d.cpu_milli, d.gpu) for d in demands)
+        counts: Counter[tuple[int, GpuRequest]] = Counter((d.cpu_milli, d.gpu) for d in demands)
         total = sum(counts.values())
         if total == 0:
             raise ValueError("a typical workload needs at least one pod")
@@ -77,20 +76,31 @@ def _share(milli: int) -> GpuRequest:
 
 # What the extender assumes until configured otherwise: mostly fractional inference and
 # notebook pods, some whole GPUs, a few multi-GPU training pods.
-DEFAULT_WORKLOAD = TypicalWorkload((
-    (Demand(0, 0, _share(250)), 0.20),
-    (Demand(0, 0, _share(500)), 0.25),
-    (Demand(0, 0, _whole(1)), 0.35),
-    (Demand(0, 0, _whole(2)), 0.10),
-    (Demand(0, 0, _whole(4)), 0.05),
-    (Demand(0, 0, _whole(8)), 0.05),
-))
+DEFAULT_WORKLOAD = TypicalWorkload(
+    (
+        (Demand(0, 0, _share(250)), 0.20),
+        (Demand(0, 0, _share(500)), 0.25),
+        (Demand(0, 0, _whole(1)), 0.35),
+        (Demand(0, 0, _whole(2)), 0.10),
+        (Demand(0, 0, _whole(4)), 0.05),
+        (Demand(0, 0, _whole(8)), 0.05),
+    )
+)
 
 
 def _device_key(node: Node, device: Device, usage: DeviceUsage) -> tuple[Any, ...]:
-    return (device.model.name, device.model.memory_mib, device.mode, device.mps_client_limit, device.replicas,
-            device.mig_instances, device.mig_allowed, node.mps_compute_oversub_pct, node.ts_memory_oversub_pct,
-            usage)
+    return (
+        device.model.name,
+        device.model.memory_mib,
+        device.mode,
+        device.mps_client_limit,
+        device.replicas,
+        device.mig_instances,
+        device.mig_allowed,
+        node.mps_compute_oversub_pct,
+        node.ts_memory_oversub_pct,
+        usage,
+    )
 
 
 class Fragmentation:
@@ -122,8 +132,11 @@ class Fragmentation:
             return hit
         bits = 0
         for bit, gpu in self._gpu_shapes:
-            if gpu.allows_model(device.model.name) and gpu.allows_mode(device.mode) and \
-                    not isinstance(device_share(gpu, node, device, usage), str):
+            if (
+                gpu.allows_model(device.model.name)
+                and gpu.allows_mode(device.mode)
+                and not isinstance(device_share(gpu, node, device, usage), str)
+            ):
                 bits |= bit
         if len(self._devices) > _MEMO_LIMIT:
             self._devices.clear()

@@ -94,13 +94,18 @@ def _from_annotation(name: str, text: object) -> tuple[list[Device], set[tuple[i
             raise _problem(name, f"inventory device {position} must be an object")
         index = _int(name, raw, "index", position)
         memory = raw.get("memoryMiB")
-        model = _model(name, raw.get("model"), _int(name, raw, "memoryMiB") if memory is not None else None,
-                       _int(name, raw, "smCount") if raw.get("smCount") is not None else None)
+        model = _model(
+            name,
+            raw.get("model"),
+            _int(name, raw, "memoryMiB") if memory is not None else None,
+            _int(name, raw, "smCount") if raw.get("smCount") is not None else None,
+        )
         try:
             mode = SharingMode(raw.get("mode", "exclusive"))
         except ValueError as exc:
-            raise _problem(name, f"device {index}: mode must be one of {[m.value for m in SharingMode]}, "
-                                 f"got {raw.get('mode')!r}") from exc
+            raise _problem(
+                name, f"device {index}: mode must be one of {[m.value for m in SharingMode]}, got {raw.get('mode')!r}"
+            ) from exc
         if model.memory_mib <= 0:
             raise _problem(name, f"device {index}: model {model.name} needs memoryMiB")
         instances: list[MigInstance] = []
@@ -117,8 +122,16 @@ def _from_annotation(name: str, text: object) -> tuple[list[Device], set[tuple[i
         uuid = raw.get("uuid") or str(index)
         if not isinstance(uuid, str):
             raise _problem(name, f"device {index}: uuid must be a string")
-        device = Device(uuid, index, model, mode, _int(name, raw, "mpsClientLimit", DEFAULT_MPS_CLIENTS, 1),
-                        _int(name, raw, "replicas", 1, 1), tuple(instances), allowed)
+        device = Device(
+            uuid,
+            index,
+            model,
+            mode,
+            _int(name, raw, "mpsClientLimit", DEFAULT_MPS_CLIENTS, 1),
+            _int(name, raw, "replicas", 1, 1),
+            tuple(instances),
+            allowed,
+        )
         if instances:
             _check_static(name, device)
         devices.append(device)
@@ -138,8 +151,10 @@ def _static_layout(name: str, model: GpuModel, count: int, profiles: dict[str, i
     on the GPU with the most free compute slices (the labels do not say which GPU holds what)."""
     per_gpu: list[list[MigInstance]] = [[] for _ in range(count)]
     used: list[tuple[MigSlot, ...]] = [() for _ in range(count)]
-    wanted = sorted(((_profile(name, model, p), n) for p, n in profiles.items()),
-                    key=lambda pn: (-pn[0].memory_slots, -pn[0].compute_slices))
+    wanted = sorted(
+        ((_profile(name, model, p), n) for p, n in profiles.items()),
+        key=lambda pn: (-pn[0].memory_slots, -pn[0].compute_slices),
+    )
     layout = model.mig
     assert layout is not None
     for profile, n in wanted:
@@ -165,17 +180,33 @@ def _from_labels(name: str, labels: Mapping[str, str], allocatable: Mapping[str,
         return int(value)
 
     memory = label_int("nvidia.com/gpu.memory")
-    model = _model(name, labels.get("nvidia.com/gpu.product"), memory, None) \
-        if labels.get("nvidia.com/gpu.product") or memory else None
+    model = (
+        _model(name, labels.get("nvidia.com/gpu.product"), memory, None)
+        if labels.get("nvidia.com/gpu.product") or memory
+        else None
+    )
     count = label_int("nvidia.com/gpu.count")
     mig_counts: dict[str, int] = {}
     for key, value in list(labels.items()) + [(k, v) for k, v in allocatable.items()]:
         if key.startswith("nvidia.com/mig-"):
             profile = key.removeprefix("nvidia.com/mig-").removesuffix(".count")
             if key.endswith((".count",)) or key in allocatable:
-                if any(key.endswith(s) for s in (".memory", ".product", ".engines.copy", ".engines.decoder",
-                                                  ".engines.encoder", ".engines.jpeg", ".engines.ofa",
-                                                  ".multiprocessors", ".replicas", ".slices.ci", ".slices.gi")):
+                if any(
+                    key.endswith(s)
+                    for s in (
+                        ".memory",
+                        ".product",
+                        ".engines.copy",
+                        ".engines.decoder",
+                        ".engines.encoder",
+                        ".engines.jpeg",
+                        ".engines.ofa",
+                        ".multiprocessors",
+                        ".replicas",
+                        ".slices.ci",
+                        ".slices.gi",
+                    )
+                ):
                     continue
                 n = int(str(value)) if str(value).isdigit() else None
                 if n is None:
@@ -190,24 +221,44 @@ def _from_labels(name: str, labels: Mapping[str, str], allocatable: Mapping[str,
         model = _model(name, UNKNOWN_MODEL, 1, None)
     if mig_counts:
         if model.mig is None:
-            raise _problem(name, f"MIG instances are advertised but model {model.name} has no MIG layout "
-                                 "(label nvidia.com/gpu.product must name a MIG-capable model)")
+            raise _problem(
+                name,
+                f"MIG instances are advertised but model {model.name} has no MIG layout "
+                "(label nvidia.com/gpu.product must name a MIG-capable model)",
+            )
         gpus = max(1, count or 1)
         per_gpu = _static_layout(name, model, gpus, {p: n for p, n in mig_counts.items() if n})
-        return [Device(str(g), g, model, SharingMode.MIG, mig_instances=tuple(per_gpu[g])) for g in range(gpus)
-                if per_gpu[g]]
+        return [
+            Device(str(g), g, model, SharingMode.MIG, mig_instances=tuple(per_gpu[g]))
+            for g in range(gpus)
+            if per_gpu[g]
+        ]
     strategy = labels.get("nvidia.com/gpu.sharing-strategy", "none")
     replicas = label_int("nvidia.com/gpu.replicas") or 1
     if strategy not in ("none", "mps", "time-slicing"):
-        raise _problem(name, f"label nvidia.com/gpu.sharing-strategy must be none, mps or time-slicing, "
-                             f"got {strategy!r}")
+        raise _problem(
+            name, f"label nvidia.com/gpu.sharing-strategy must be none, mps or time-slicing, got {strategy!r}"
+        )
     mode = {"none": SharingMode.EXCLUSIVE, "mps": SharingMode.MPS, "time-slicing": SharingMode.TIME_SLICING}[strategy]
-    if count and gpus_alloc is not None and mode is not SharingMode.EXCLUSIVE and count * replicas == int(
-            str(gpus_alloc)) and label_int("nvidia.com/gpu.count") is None:
+    if (
+        count
+        and gpus_alloc is not None
+        and mode is not SharingMode.EXCLUSIVE
+        and count * replicas == int(str(gpus_alloc))
+        and label_int("nvidia.com/gpu.count") is None
+    ):
         count = count // replicas  # allocatable counts replicas under the device plugin's sharing
-    return [Device(str(i), i, model, mode, mps_client_limit=max(replicas, DEFAULT_MPS_CLIENTS)
-                   if mode is SharingMode.MPS else DEFAULT_MPS_CLIENTS, replicas=replicas)
-            for i in range(count or 0)]
+    return [
+        Device(
+            str(i),
+            i,
+            model,
+            mode,
+            mps_client_limit=max(replicas, DEFAULT_MPS_CLIENTS) if mode is SharingMode.MPS else DEFAULT_MPS_CLIENTS,
+            replicas=replicas,
+        )
+        for i in range(count or 0)
+    ]
 
 
 def parse_node(node: Mapping[str, Any], prefix: str = DEFAULT_PREFIX) -> Node:

@@ -22,8 +22,10 @@ def why_not(layout: MigLayout, used: tuple[MigSlot, ...], profile: MigProfile, s
         if slot.start < end and start < slot.start + slot.size:
             return f"slot {start} of {profile.name} overlaps {slot.profile} at {slot.start}"
     if sum(s.slices for s in used) + profile.compute_slices > layout.compute_slices:
-        return f"{profile.name} needs {profile.compute_slices} compute slices, " \
-               f"{layout.compute_slices - sum(s.slices for s in used)} free"
+        return (
+            f"{profile.name} needs {profile.compute_slices} compute slices, "
+            f"{layout.compute_slices - sum(s.slices for s in used)} free"
+        )
     if sum(1 for s in used if s.profile == profile.name) >= profile.max_count:
         return f"{profile.name} already has its maximum of {profile.max_count} instances"
     return None
@@ -50,7 +52,7 @@ def best_start(layout: MigLayout, used: tuple[MigSlot, ...], profile: MigProfile
     """
     best: tuple[tuple[int, ...], int] | None = None
     for start in free_starts(layout, used, profile):
-        after = tuple(sorted(used + (slot_of(profile, start),)))
+        after = tuple(sorted((*used, slot_of(profile, start))))
         key = (headroom(layout, after), -start)
         if best is None or key > (best[0], -best[1]):
             best = (key[0], start)

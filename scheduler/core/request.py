@@ -34,8 +34,15 @@ MILLI = 1000
 
 # Keys gpuslice writes itself; the request parser leaves them alone.
 OUTPUT_KEYS = frozenset(
-    {"allocation", "bind-phase", "bound-at", "visible-devices", "mps-thread-percentage", "mps-memory-limit",
-     "inventory"}
+    {
+        "allocation",
+        "bind-phase",
+        "bound-at",
+        "visible-devices",
+        "mps-thread-percentage",
+        "mps-memory-limit",
+        "inventory",
+    }
 )
 REQUEST_KEYS = ("gpu-fraction", "gpu-memory", "gpu-compute", "gpu-count", "mig-profile")
 SELECTOR_KEYS = ("sharing", "gpu-model", "policy")
@@ -310,12 +317,13 @@ def parse_gpu_request(
     ours: dict[str, object] = {}
     for key, value in annotations.items():
         if isinstance(key, str) and key.startswith(prefix):
-            short = key[len(prefix):]
+            short = key[len(prefix) :]
             if short in OUTPUT_KEYS:
                 continue
             if short not in REQUEST_KEYS and short not in SELECTOR_KEYS:
-                raise RequestError(key, value, "one of the keys " + ", ".join(
-                    prefix + k for k in REQUEST_KEYS + SELECTOR_KEYS))
+                raise RequestError(
+                    key, value, "one of the keys " + ", ".join(prefix + k for k in REQUEST_KEYS + SELECTOR_KEYS)
+                )
             ours[short] = value
 
     def k(short: str) -> str:
@@ -335,8 +343,11 @@ def parse_gpu_request(
     annotated = bool(fraction or mem or compute or count or profile)
     if annotated and (gpus or mig_resources):
         resource = "nvidia.com/gpu" if gpus else "nvidia.com/mig-" + next(iter(mig_resources))
-        raise RequestError(resource, gpus or next(iter(mig_resources.values())),
-                           f"either the resource or the {prefix} request annotations, not both")
+        raise RequestError(
+            resource,
+            gpus or next(iter(mig_resources.values())),
+            f"either the resource or the {prefix} request annotations, not both",
+        )
     if gpus and mig_resources:
         raise RequestError("nvidia.com/gpu", gpus, "either nvidia.com/gpu or one nvidia.com/mig-<profile>, not both")
     if len(mig_resources) > 1:
@@ -352,16 +363,26 @@ def parse_gpu_request(
         count = gpus
 
     if fraction and (mem or compute):
-        raise RequestError(k("gpu-fraction"), ours["gpu-fraction"],
-                           f"either {k('gpu-fraction')} or {k('gpu-memory')}/{k('gpu-compute')}, not both")
+        raise RequestError(
+            k("gpu-fraction"),
+            ours["gpu-fraction"],
+            f"either {k('gpu-fraction')} or {k('gpu-memory')}/{k('gpu-compute')}, not both",
+        )
     if profile is not None:
-        if profile_key := next((x for x in ("gpu-fraction", "gpu-memory", "gpu-compute", "gpu-count")
-                                if x in ours), None):
-            raise RequestError(k(profile_key), ours[profile_key],
-                               f"nothing beside {k('mig-profile')}: a MIG profile fixes memory and compute")
+        if profile_key := next(
+            (x for x in ("gpu-fraction", "gpu-memory", "gpu-compute", "gpu-count") if x in ours), None
+        ):
+            raise RequestError(
+                k(profile_key),
+                ours[profile_key],
+                f"nothing beside {k('mig-profile')}: a MIG profile fixes memory and compute",
+            )
         if not known_profile(profile):
-            raise RequestError(k("mig-profile"), profile.text, "a profile some MIG-capable model offers, "
-                               "such as 1g.10gb, 2g.20gb, 3g.40gb, 7g.80gb")
+            raise RequestError(
+                k("mig-profile"),
+                profile.text,
+                "a profile some MIG-capable model offers, such as 1g.10gb, 2g.20gb, 3g.40gb, 7g.80gb",
+            )
         if sharing and SharingMode.MIG not in sharing:
             raise RequestError(k("sharing"), ours["sharing"], "mig or any, with a MIG profile")
         return GpuRequest(GpuKind.MIG, 1, profile=profile, sharing=frozenset({SharingMode.MIG}), models=models)
@@ -372,18 +393,23 @@ def parse_gpu_request(
         return GpuRequest(GpuKind.SHARE, count or 1, fraction, mem, compute, sharing=sharing, models=models)
     if count:
         if sharing == frozenset({SharingMode.MIG}):
-            raise RequestError(k("sharing"), ours["sharing"],
-                               "mig only with a MIG profile or a fraction; whole GPUs need another mode")
+            raise RequestError(
+                k("sharing"), ours["sharing"], "mig only with a MIG profile or a fraction; whole GPUs need another mode"
+            )
         return GpuRequest(GpuKind.WHOLE, count, sharing=sharing, models=models)
     for selector in ("sharing", "gpu-model"):
         if selector in ours:
-            raise RequestError(k(selector), ours[selector], "a selector only beside a GPU request "
-                               f"({', '.join(k(x) for x in REQUEST_KEYS)} or nvidia.com/gpu)")
+            raise RequestError(
+                k(selector),
+                ours[selector],
+                f"a selector only beside a GPU request ({', '.join(k(x) for x in REQUEST_KEYS)} or nvidia.com/gpu)",
+            )
     return GpuRequest()
 
 
-def parse_pod(pod: Mapping[str, Any], prefix: str = DEFAULT_PREFIX,
-              policies: Iterable[str] | None = None) -> PodRequest:
+def parse_pod(
+    pod: Mapping[str, Any], prefix: str = DEFAULT_PREFIX, policies: Iterable[str] | None = None
+) -> PodRequest:
     """Parse a pod (Kubernetes JSON as a dict) into a :class:`PodRequest`.
 
     ``policies``, when given, is the set of policy names a per-pod override may use.

@@ -21,6 +21,7 @@ from .policies.base import Policy
 from .request import Demand
 from .state import NodeState
 
+
 @dataclass(frozen=True, slots=True)
 class Placement:
     node: str
@@ -61,8 +62,9 @@ class Ranking:
     failures: dict[str, str]  # node -> reason
 
 
-def rank(policy: Policy, demand: Demand, states: Sequence[NodeState],
-         order: Mapping[str, int] | None = None) -> Ranking:
+def rank(
+    policy: Policy, demand: Demand, states: Sequence[NodeState], order: Mapping[str, int] | None = None
+) -> Ranking:
     """Every node's placement, best first, and the reasons of the nodes that do not fit."""
     key = _intern((policy, policy.version, demand)) if policy.cacheable else None
     placements: list[Placement] = []
@@ -81,8 +83,9 @@ def rank(policy: Policy, demand: Demand, states: Sequence[NodeState],
     return Ranking(placements, failures)
 
 
-def best(policy: Policy, demand: Demand, states: Sequence[NodeState],
-         order: Mapping[str, int] | None = None) -> Placement | None:
+def best(
+    policy: Policy, demand: Demand, states: Sequence[NodeState], order: Mapping[str, int] | None = None
+) -> Placement | None:
     """The winning placement (highest score, then lowest ``order``), or None if nothing fits."""
     ranking = rank(policy, demand, states, order)
     return ranking.placements[0] if ranking.placements else None
@@ -123,8 +126,9 @@ class Scoreboard:
 
     def _reset(self) -> None:
         n = len(self._states)
-        self._rank = np.array([self._order.get(s.node.name, n + i) for i, s in enumerate(self._states)],
-                              dtype=np.float64)
+        self._rank = np.array(
+            [self._order.get(s.node.name, n + i) for i, s in enumerate(self._states)], dtype=np.float64
+        )
         self._tables.clear()
         self._log.clear()
 
@@ -185,7 +189,7 @@ class Scoreboard:
             return scores
         self._tables.move_to_end(key)
         if table.seen < len(self._log):
-            for i in set(self._log[table.seen:]):
+            for i in set(self._log[table.seen :]):
                 table.scores[i] = _score(evaluate(policy, demand, states[i], key))
             table.seen = len(self._log)
         return table.scores

@@ -43,6 +43,9 @@ def why_not(node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) 
         return f"GPU {device.index} is in mode {device.mode}, not {share.mode}"
     if share.memory_mib < 0 or share.compute_milli < 0:
         return "negative share"
+    if share.memory_mib > device.memory_mib or share.compute_milli > MILLI:
+        return (f"needs {share.memory_mib} MiB and {share.compute_milli / 10:g}% compute on one GPU, "
+                f"GPU {device.index} has {device.memory_mib} MiB")
     mode = device.mode
     if mode is SharingMode.MIG:
         layout = device.model.mig
@@ -67,8 +70,10 @@ def why_not(node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) 
             return f"GPU {device.index} has reached its MPS client limit of {device.mps_client_limit}"
         cap = MILLI * node.mps_compute_oversub_pct // 100
         if usage.compute_milli + share.compute_milli > cap:
-            return f"needs {share.compute_milli / 10:g}% compute on one GPU, " \
-                   f"free {max(0, cap - usage.compute_milli) / 10:g}%"
+            return (
+                f"needs {share.compute_milli / 10:g}% compute on one GPU, "
+                f"free {max(0, cap - usage.compute_milli) / 10:g}%"
+            )
         mem_cap = device.memory_mib
     else:
         if usage.shares >= device.replicas:
@@ -85,7 +90,7 @@ def add_share(device: Device, usage: DeviceUsage, share: DeviceShare) -> DeviceU
         usage.compute_milli + share.compute_milli,
         usage.shares + 1,
         usage.whole or device.mode is SharingMode.EXCLUSIVE or is_whole(device, share),
-        usage.mig if share.mig is None else tuple(sorted(usage.mig + (share.mig,))),
+        usage.mig if share.mig is None else tuple(sorted((*usage.mig, share.mig))),
     )
 
 
@@ -141,8 +146,7 @@ class NodeState:
                 raise RecordError(pod, f"GPU index {share.index} does not exist on node {self.node.name}")
             device = self.node.devices[share.index]
             if device.uuid != share.uuid and not (share.mig and device.mig_static):
-                raise RecordError(pod, f"GPU {share.index} of node {self.node.name} is {device.uuid}, "
-                                       f"not {share.uuid}")
+                raise RecordError(pod, f"GPU {share.index} of node {self.node.name} is {device.uuid}, not {share.uuid}")
             problem = why_not(self.node, device, usage[share.index], share)
             if problem is not None:
                 raise RecordError(pod, f"conflicts on node {self.node.name}: {problem}")
@@ -151,9 +155,15 @@ class NodeState:
             raise RecordError(pod, f"needs {alloc.cpu_milli} milli-CPU, {self.cpu_free} free")
         if self.memory_mib + alloc.memory_mib > self.node.memory_mib:
             raise RecordError(pod, f"needs {alloc.memory_mib} MiB of memory, {self.memory_free} free")
-        pods = tuple(sorted(self.pods + ((pod, alloc),), key=lambda kv: kv[0]))
-        return replace(self, usage=tuple(usage), cpu_milli=self.cpu_milli + alloc.cpu_milli,
-                       memory_mib=self.memory_mib + alloc.memory_mib, pods=pods, memo={})
+        pods = tuple(sorted((*self.pods, (pod, alloc)), key=lambda kv: kv[0]))
+        return replace(
+            self,
+            usage=tuple(usage),
+            cpu_milli=self.cpu_milli + alloc.cpu_milli,
+            memory_mib=self.memory_mib + alloc.memory_mib,
+            pods=pods,
+            memo={},
+        )
 
     def release(self, pod: str) -> NodeState:
         """A new state without ``pod``'s allocation (unchanged if it has none)."""
@@ -164,8 +174,14 @@ class NodeState:
         for share in alloc.shares:
             usage[share.index] = remove_share(usage[share.index], share)
         pods = tuple(kv for kv in self.pods if kv[0] != pod)
-        return replace(self, usage=tuple(usage), cpu_milli=self.cpu_milli - alloc.cpu_milli,
-                       memory_mib=self.memory_mib - alloc.memory_mib, pods=pods, memo={})
+        return replace(
+            self,
+            usage=tuple(usage),
+            cpu_milli=self.cpu_milli - alloc.cpu_milli,
+            memory_mib=self.memory_mib - alloc.memory_mib,
+            pods=pods,
+            memo={},
+        )
 
 
 def rebuild(node: Node, records: Iterable[tuple[str, str]]) -> tuple[NodeState, list[RecordError]]:

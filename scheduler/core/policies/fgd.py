@@ -14,8 +14,8 @@ import math
 from collections.abc import Sequence
 
 from ..allocation import Allocation
-from ..memo import intern
 from ..fragmentation import DEFAULT_WORKLOAD, Fragmentation, TypicalWorkload
+from ..memo import intern
 from ..request import Demand
 from ..state import NodeState
 from .base import Policy, register
@@ -49,12 +49,20 @@ class Fgd(Policy):
         tried: set[object] = set()
         for i, alloc in enumerate(allocations):
             # GPUs in the same state give the same F after: try each state once.
-            key = tuple((state.node.devices[s.index].model.name, state.usage[s.index], profiles[s.index],
-                         s.memory_mib, s.compute_milli, s.mig)
-                        for s in alloc.shares)
-            if key in tried:
+            same = tuple(
+                (
+                    state.node.devices[s.index].model.name,
+                    state.usage[s.index],
+                    profiles[s.index],
+                    s.memory_mib,
+                    s.compute_milli,
+                    s.mig,
+                )
+                for s in alloc.shares
+            )
+            if same in tried:
                 continue
-            tried.add(key)
+            tried.add(same)
             after = frag.frag_after(state, alloc, profiles)
             if after < best_after:
                 best_after, best = after, i

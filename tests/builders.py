@@ -1,0 +1,76 @@
+"""Builders with keyword defaults for core objects, shared by the test suites."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.core import CATALOG, Device, MigInstance, Node, NodeState, SharingMode
+from scheduler.core.catalog import GpuModel
+from scheduler.core.request import DEFAULT_PREFIX
+
+
+def make_device(
+    index: int = 0, model: str | GpuModel = "H100-80GB", mode: SharingMode | str = "exclusive", **options: Any
+) -> Device:
+    gpu = CATALOG[model] if isinstance(model, str) else model
+    return Device(options.pop("uuid", f"GPU-{index}"), index, gpu, SharingMode(mode), **options)
+
+
+def make_node(
+    name: str = "n1",
+    gpus: int = 1,
+    model: str | GpuModel = "H100-80GB",
+    mode: SharingMode | str = "exclusive",
+    cpu_milli: int = 64_000,
+    memory_mib: int = 512_000,
+    max_pods: int = 110,
+    nvlink: frozenset[tuple[int, int]] = frozenset(),
+    device_options: Any = None,
+    **node_options: Any,
+) -> Node:
+    devices = tuple(make_device(i, model, mode, uuid=f"{name}-gpu{i}", **(device_options or {})) for i in range(gpus))
+    return Node(name, cpu_milli, memory_mib, devices, max_pods, nvlink, **node_options)
+
+
+def make_state(**kwargs: Any) -> NodeState:
+    return NodeState.empty(make_node(**kwargs))
+
+
+def static_mig(model: str, *placements: tuple[str, int]) -> tuple[MigInstance, ...]:
+    layout = CATALOG[model].mig
+    assert layout is not None
+    out = []
+    for k, (name, start) in enumerate(placements):
+        profile = layout.profile(name)
+        assert profile is not None, name
+        out.append(MigInstance(profile, start, f"MIG-{name}-{start}-{k}"))
+    return tuple(out)
+
+
+def pod(
+    name: str = "p",
+    namespace: str = "default",
+    annotations: dict[str, Any] | None = None,
+    cpu: str | None = None,
+    memory: str | None = None,
+    gpus: int | None = None,
+    extra_resources: dict[str, Any] | None = None,
+    prefix: str = DEFAULT_PREFIX,
+) -> dict[str, Any]:
+    """A Pod as the API server serves it (camelCase JSON as a dict)."""
+    requests: dict[str, Any] = {}
+    limits: dict[str, Any] = {}
+    if cpu is not None:
+        requests["cpu"] = cpu
+    if memory is not None:
+        requests["memory"] = memory
+    if gpus is not None:
+        limits["nvidia.com/gpu"] = gpus
+    limits.update(extra_resources or {})
+    annotations = {(k if "/" in k else prefix + k): v for k, v in (annotations or {}).items()}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "annotations": annotations},
+        "spec": {"containers": [{"name": "main", "image": "x", "resources": {"requests": requests, "limits": limits}}]},
+    }

@@ -1,0 +1,153 @@
+"""One capacity model per sharing mode, with the arithmetic in the comments."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.core import Allocation, Demand, DeviceShare, GpuKind, GpuRequest, NodeState, RecordError, fit
+from scheduler.core.capacity import free_milli
+from tests.builders import make_state
+
+
+def share(milli: int = 0, memory: int = 0, compute: int = 0, count: int = 1) -> Demand:
+    return Demand(
+        0, 0, GpuRequest(GpuKind.SHARE, count, fraction_milli=milli, memory_mib=memory, compute_milli=compute)
+    )
+
+
+def whole(count: int = 1) -> Demand:
+    return Demand(0, 0, GpuRequest(GpuKind.WHOLE, count))
+
+
+def fill(state: NodeState, demand: Demand, times: int) -> NodeState:
+    for k in range(times):
+        found = fit(demand, state)
+        assert found, f"pod {k}: {found.reason}"
+        state = state.apply(f"p{len(state.pods)}", found.allocations[0])
+    return state
+
+
+def test_exclusive_gives_whole_devices_only_once() -> None:
+    state = fill(make_state(gpus=2), whole(), 2)
+    assert not fit(whole(), state)
+    # a share request on an exclusive GPU takes the whole GPU (81920 MiB, 1000 milli)
+    state = make_state(gpus=1)
+    got = fit(share(milli=250), state).allocations[0].shares[0]
+    assert (got.memory_mib, got.compute_milli) == (81920, 1000)
+
+
+def test_mps_caps_memory_compute_and_clients() -> None:
+    # H100: 81920 MiB. Four 20 GiB + 25% shares fill memory (4 x 20480 = 81920) and compute (4 x 250 = 1000).
+    state = fill(make_state(mode="mps"), share(memory=20480, compute=250), 4)
+    assert (state.usage[0].memory_mib, state.usage[0].compute_milli) == (81920, 1000)
+    assert not fit(share(memory=1, compute=1), state)
+    # compute binds first: 3 x 30% = 90%, a fourth 30% would make 120%
+    state = fill(make_state(mode="mps"), share(memory=1024, compute=300), 3)
+    assert "compute" in fit(share(memory=1024, compute=300), state).reason
+    # the client limit binds: 2 clients allowed
+    state = fill(make_state(mode="mps", device_options={"mps_client_limit": 2}), share(memory=1024, compute=10), 2)
+    assert "client limit of 2" in fit(share(memory=1024, compute=10), state).reason
+
+
+def test_mps_compute_oversubscription_is_per_node_and_off_by_default() -> None:
+    # with 150%: three 50% shares fit (1500 <= 1500 milli), a fourth does not
+    state = fill(make_state(mode="mps", mps_compute_oversub_pct=150), share(memory=1024, compute=500), 3)
+    assert not fit(share(memory=1024, compute=500), state)
+
+
+def test_mps_thread_percentage_and_memory_limit_of_the_allocation() -> None:
+    alloc = fit(share(memory=20480, compute=333), make_state(mode="mps")).allocations[0]
+    assert alloc.mps_thread_percentage() == 34  # 333 milli = 33.3% -> 34 (rounded up)
+    assert alloc.mps_memory_limit() == "0=20480M"
+
+
+def test_time_slicing_caps_replicas_and_declared_memory() -> None:
+    # 4 replicas: a fifth share is refused even with memory left (4 x 8192 = 32768 of 81920 MiB)
+    state = fill(make_state(mode="time-slicing", device_options={"replicas": 4}), share(memory=8192), 4)
+    assert "no free time-slicing replica" in fit(share(memory=8192), state).reason
+    # memory: 40960 + 40960 = 81920 fills the GPU; 10 replicas do not help a third
+    state = fill(make_state(mode="time-slicing", device_options={"replicas": 10}), share(memory=40960), 2)
+    assert fit(share(memory=40960), state).reason == "needs 40960 MiB on one GPU, largest free 0 MiB"
+
+
+def test_time_slicing_memory_oversubscription() -> None:
+    # 150%: 81920 x 1.5 = 122880 MiB of declared memory; three 40960 MiB shares fit, a fourth does not
+    state = fill(
+        make_state(mode="time-slicing", ts_memory_oversub_pct=150, device_options={"replicas": 8}),
+        share(memory=40960),
+        3,
+    )
+    assert not fit(share(memory=40960), state)
+
+
+def test_no_single_share_larger_than_the_device_even_when_oversubscribed() -> None:
+    state = make_state(mode="time-slicing", ts_memory_oversub_pct=300, device_options={"replicas": 8})
+    assert "has 81920 MiB" in fit(share(memory=90000), state).reason
+
+
+def test_fraction_resolves_per_device_and_rounds_memory_down() -> None:
+    # 0.333 GPU each; memory rounds down, so three never exceed the GPU
+    state = fill(make_state(mode="mps"), share(milli=333), 3)
+    assert state.usage[0].memory_mib == 3 * 27279  # 333/1000 x 81920 = 27279.36 -> 27279
+    assert state.usage[0].compute_milli == 999
+
+
+def test_memory_only_request_takes_proportional_compute() -> None:
+    # 20480 of 81920 MiB = 25% -> 250 milli of compute
+    got = fit(share(memory=20480), make_state(mode="mps")).allocations[0].shares[0]
+    assert (got.memory_mib, got.compute_milli) == (20480, 250)
+
+
+def test_whole_request_on_a_shared_gpu_needs_it_empty_and_blocks_it() -> None:
+    state = fill(make_state(mode="mps", gpus=2), share(milli=100), 1)
+    got = fit(whole(), state)
+    assert [a.shares[0].index for a in got.allocations] == [1]
+    state = state.apply("w", got.allocations[0])
+    assert state.usage[1].whole
+    assert [a.shares[0].index for a in fit(share(milli=100), state).allocations] == [0]
+
+
+@pytest.mark.parametrize(
+    ("mode", "options", "used", "expected"),
+    [
+        ("exclusive", {}, [], 1000),
+        ("exclusive", {}, [(81920, 1000)], 0),
+        ("mps", {}, [(20480, 500)], 500),  # compute 500 free, memory 75% free -> 500
+        ("mps", {}, [(61440, 100)], 250),  # memory 25% free binds
+        ("time-slicing", {"replicas": 2}, [(20480, 0)], 750),
+        ("time-slicing", {"replicas": 1}, [(20480, 0)], 0),  # no replica left
+    ],
+)
+def test_free_milli_per_mode(mode: str, options: dict[str, int], used: list[tuple[int, int]], expected: int) -> None:
+    state = make_state(mode=mode, device_options=options)
+    device = state.node.devices[0]
+    for k, (memory, compute) in enumerate(used):
+        state = state.apply(f"p{k}", Allocation("n1", (DeviceShare(device.uuid, 0, device.mode, memory, compute),)))
+    assert free_milli(device, state.usage[0]) == expected
+
+
+def test_apply_refuses_over_capacity_records_and_release_restores() -> None:
+    state = make_state(mode="mps")
+    device = state.node.devices[0]
+    big = Allocation("n1", (DeviceShare(device.uuid, 0, device.mode, 50_000, 600),))
+    after = state.apply("a", big)
+    with pytest.raises(RecordError, match="pod b: conflicts on node n1: needs 60% compute on one GPU, free 40%"):
+        after.apply("b", big)
+    with pytest.raises(RecordError, match="already has an allocation"):
+        after.apply("a", big)
+    with pytest.raises(RecordError, match="GPU index 3 does not exist"):
+        state.apply("c", Allocation("n1", (DeviceShare(device.uuid, 3, device.mode, 1, 1),)))
+    with pytest.raises(RecordError, match="GPU 0 of node n1 is n1-gpu0, not GPU-x"):
+        state.apply("c", Allocation("n1", (DeviceShare("GPU-x", 0, device.mode, 1, 1),)))
+    with pytest.raises(RecordError, match="not 'n1'"):
+        state.apply("c", Allocation("n2", ()))
+    assert after.release("a") == state
+    assert after.release("unknown") is after
+
+
+def test_node_cpu_memory_and_pod_count_are_checked() -> None:
+    state = make_state(cpu_milli=1000, memory_mib=1024, max_pods=1)
+    assert fit(Demand(2000, 0), state).reason == "insufficient cpu: needs 2000m, 1000m free"
+    assert fit(Demand(0, 2048), state).reason == "insufficient memory: needs 2048 MiB, 1024 MiB free"
+    state = state.apply("a", fit(Demand(100, 100), state).allocations[0])
+    assert "maximum of 1 pods" in fit(Demand(0, 0), state).reason

@@ -1,0 +1,72 @@
+"""fit: candidates, selectors, multi-GPU topology, and the reasons a pod does not fit."""
+
+from __future__ import annotations
+
+from scheduler.core import Demand, GpuKind, GpuRequest, Node, NodeState, SharingMode, fit
+from tests.builders import make_device, make_state
+
+
+def test_one_candidate_per_fitting_gpu_in_index_order() -> None:
+    state = make_state(gpus=3, mode="mps")
+    found = fit(Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=500)), state)
+    assert [a.shares[0].index for a in found.allocations] == [0, 1, 2]
+
+
+def test_model_selector_reason() -> None:
+    found = fit(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 1, models=("H100-80GB", "A100-80GB"))), make_state(model="T4"))
+    assert found.reason == "model T4 not in H100-80GB|A100-80GB"
+
+
+def test_sharing_selector_reason() -> None:
+    gpu = GpuRequest(GpuKind.SHARE, 1, fraction_milli=500, sharing=frozenset({SharingMode.MIG}))
+    assert fit(Demand(0, 0, gpu), make_state(mode="mps")).reason == "no GPU in sharing mode mig"
+
+
+def test_memory_reason_names_largest_free() -> None:
+    state = make_state(gpus=2, mode="mps", model="L4")  # 23034 MiB each
+    first = fit(Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, memory_mib=16384)), state)
+    state = state.apply("a", first.allocations[0])
+    found = fit(Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, memory_mib=20480, compute_milli=10)), state)
+    assert found  # GPU 1 is empty
+    state = state.apply("b", found.allocations[0])
+    # GPU 0: 23034 - 16384 = 6650 free; GPU 1: 23034 - 20480 = 2554 free
+    assert (
+        fit(Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, memory_mib=8192, compute_milli=10)), state).reason
+        == "needs 8192 MiB on one GPU, largest free 6650 MiB"
+    )
+
+
+def test_multi_gpu_prefers_the_best_connected_set() -> None:
+    # NVLink pairs (0,3), (1,2), (2,3), (1,3): {1,2,3} has 3 links, any set with 0 has at most 2.
+    devices = tuple(make_device(i, uuid=f"g{i}") for i in range(4))
+    node = Node("n", 64_000, 512_000, devices, nvlink=frozenset({(0, 3), (1, 2), (2, 3), (1, 3)}))
+    found = fit(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 3)), NodeState.empty(node))
+    assert [s.index for s in found.allocations[0].shares] == [1, 2, 3]
+    # without a topology: lowest indices
+    plain = fit(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 3)), make_state(gpus=4))
+    assert [s.index for s in plain.allocations[0].shares] == [0, 1, 2]
+
+
+def test_multi_gpu_count_reason() -> None:
+    state = make_state(gpus=2)
+    state = state.apply("a", fit(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 1)), state).allocations[0])
+    found = fit(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 2)), state)
+    assert found.reason.startswith("needs 2 GPUs for 2 whole GPUs, 1 available")
+
+
+def test_shared_multi_gpu_takes_a_share_on_each() -> None:
+    state = make_state(gpus=2, mode="mps")
+    alloc = fit(Demand(0, 0, GpuRequest(GpuKind.SHARE, 2, fraction_milli=250)), state).allocations[0]
+    assert [(s.index, s.compute_milli) for s in alloc.shares] == [(0, 250), (1, 250)]
+
+
+def test_cpu_only_pod_fits_without_gpus() -> None:
+    found = fit(Demand(1000, 1024), NodeState.empty(Node("cpu", 4000, 8192)))
+    assert found and found.allocations[0].shares == ()
+
+
+def test_gpu_pod_on_a_node_without_gpus() -> None:
+    assert (
+        fit(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 1)), NodeState.empty(Node("cpu", 4000, 8192))).reason
+        == "node has no GPUs"
+    )

@@ -1,0 +1,138 @@
+"""The fragmentation measure: small cases by hand, and the openb trace's 13.9%."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from scheduler.core import CATALOG, Demand, Fragmentation, GpuKind, GpuRequest, NodeState, TypicalWorkload, fit
+from scheduler.core.catalog import ProfileSpec, canonical_model_name, lookup_model
+from scheduler.core.inventory import Device, Node, SharingMode
+from tests.builders import make_state
+
+OPENB = Path(__file__).resolve().parents[3] / "shared" / "data" / "openb"
+
+
+def share(milli: int, cpu: int = 0) -> Demand:
+    return Demand(cpu, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=milli))
+
+
+def whole(count: int, cpu: int = 0) -> Demand:
+    return Demand(cpu, 0, GpuRequest(GpuKind.WHOLE, count))
+
+
+def with_free(state: NodeState, *used: int) -> NodeState:
+    for i, milli in enumerate(used):
+        if milli:
+            allocs = fit(share(milli), state).allocations
+            state = state.apply(f"u{i}", next(a for a in allocs if a.shares[0].index == i))
+    return state
+
+
+def test_hand_derived_two_shapes() -> None:
+    # GPUs free [1000, 400]. m1 = 0.5 GPU (p 0.5): GPU 0 hosts it, so F(m1) = 400 (GPU 1 cannot).
+    # m2 = 2 whole GPUs (p 0.5): only one GPU is whole, so F(m2) = 1000 + 400 = 1400.
+    # F = 0.5 x 400 + 0.5 x 1400 = 900.
+    frag = Fragmentation(TypicalWorkload(((share(500), 0.5), (whole(2), 0.5))))
+    state = with_free(make_state(gpus=2, mode="mps"), 0, 600)
+    assert frag.node_frag(state) == pytest.approx(900)
+
+
+def test_cpu_starved_node_is_all_fragment() -> None:
+    # the typical pod needs 8 cores; the node has 4: every idle GPU is a fragment -> F = 2000
+    frag = Fragmentation(TypicalWorkload(((share(500, cpu=8000), 1.0),)))
+    assert frag.node_frag(make_state(gpus=2, mode="mps", cpu_milli=4000)) == pytest.approx(2000)
+    assert frag.node_frag(make_state(gpus=2, mode="mps", cpu_milli=8000)) == pytest.approx(0)
+
+
+def test_cpu_only_shape_sees_all_idle_gpu_as_fragment() -> None:
+    # m = CPU-only (p 0.25), m' = 1 GPU (p 0.75); free [1000, 1000]: F = 0.25 x 2000 + 0.75 x 0 = 500
+    frag = Fragmentation(TypicalWorkload(((Demand(1000, 0), 0.25), (whole(1), 0.75))))
+    assert frag.node_frag(make_state(gpus=2, mode="mps")) == pytest.approx(500)
+
+
+def test_model_restricted_shape() -> None:
+    # a T4-only shape on an H100 node: F = all idle GPU (1000)
+    frag = Fragmentation(TypicalWorkload(((Demand(0, 0, GpuRequest(GpuKind.WHOLE, 1, models=("T4",))), 1.0),)))
+    assert frag.node_frag(make_state(gpus=1, mode="mps")) == pytest.approx(1000)
+
+
+def test_mig_fragment_is_what_the_typical_profile_cannot_use() -> None:
+    # A100-80GB, dynamic MIG, typical pod 3g.40gb. 3g@0 taken: 4 slots and 4 slices free -> free 500 milli
+    # (min(4/8, 4/7) = 500); a second 3g still fits at 4, so F = 0. After a 1g lands at 4 the 3g cannot
+    # start anywhere: the free 3 slots / 3 slices (min(375, 428) = 375) are all fragment.
+    three = Demand(0, 0, GpuRequest(GpuKind.MIG, 1, profile=ProfileSpec.parse("3g.40gb")))
+    one = Demand(0, 0, GpuRequest(GpuKind.MIG, 1, profile=ProfileSpec.parse("1g.10gb")))
+    frag = Fragmentation(TypicalWorkload(((three, 1.0),)))
+    state = make_state(mode="mig", model="A100-80GB")
+    state = state.apply("a", fit(three, state).allocations[0])
+    assert frag.node_frag(state) == pytest.approx(0)
+    state = state.apply("b", fit(one, state).allocations[0])
+    assert frag.node_frag(state) == pytest.approx(375)
+
+
+def test_typical_workload_from_demands_covers_95_percent() -> None:
+    # 60 x A, 30 x B, 6 x C, 4 x D: A + B = 90% < 95%, + C = 96% -> A, B, C renormalised over 96 pods
+    demands = [share(500)] * 60 + [whole(1)] * 30 + [share(250)] * 6 + [whole(2)] * 4
+    workload = TypicalWorkload.from_demands(demands)
+    assert [(d.gpu.kind, round(p, 4)) for d, p in workload.shapes] == [
+        (GpuKind.SHARE, round(60 / 96, 4)),
+        (GpuKind.WHOLE, round(30 / 96, 4)),
+        (GpuKind.SHARE, round(6 / 96, 4)),
+    ]
+
+
+@pytest.mark.skipif(not OPENB.is_dir(), reason="the openb trace (../shared/data/openb) is not present")
+def test_openb_default_empty_cluster_frag_rate_is_13_9_percent() -> None:
+    nodes = []
+    with (OPENB / "openb_node_list_gpu_node.csv").open() as f:
+        for row in csv.DictReader(f):
+            model = lookup_model(row["model"], 16384)  # fractions make the memory size irrelevant here
+            devices = tuple(
+                Device(f"{row['sn']}-{i}", i, model, SharingMode.MPS, mps_client_limit=1000)
+                for i in range(int(row["gpu"]))
+            )
+            nodes.append(Node(row["sn"], int(row["cpu_milli"]), int(row["memory_mib"]), devices, 10**6))
+    demands = []
+    with (OPENB / "openb_pod_list_default.csv").open() as f:
+        for row in csv.DictReader(f):
+            n, milli = int(row["num_gpu"]), int(row["gpu_milli"])
+            models = tuple(canonical_model_name(m) for m in row["gpu_spec"].split("|") if m)
+            gpu = (
+                GpuRequest()
+                if n == 0
+                else GpuRequest(GpuKind.WHOLE, n, models=models)
+                if milli == 1000
+                else GpuRequest(GpuKind.SHARE, 1, fraction_milli=milli, models=models)
+            )
+            demands.append(Demand(int(row["cpu_milli"]), int(row["memory_mib"]), gpu))
+    workload = TypicalWorkload.from_demands(demands)
+    assert len(workload.shapes) == 35  # PACKING-BENCHMARK.md: 35 shapes cover 95.26% of pods
+    frag = Fragmentation(workload)
+    fragmented = sum(frag.node_frag(NodeState.empty(n)) for n in nodes)
+    idle = 1000 * sum(len(n.devices) for n in nodes)
+    assert idle == 6_212_000
+    assert 100 * fragmented / idle == pytest.approx(13.9, abs=0.05)
+
+
+def test_catalog_has_the_models_the_issue_names() -> None:
+    for name in (
+        "A100-40GB",
+        "A100-80GB",
+        "A30",
+        "H100-80GB",
+        "H200-141GB",
+        "L4",
+        "T4",
+        "V100-16GB",
+        "V100-32GB",
+        "A10",
+        "P100",
+    ):
+        assert name in CATALOG
+    unknown = lookup_model("B300-PROTO", 200_000, 160)
+    assert (unknown.memory_mib, unknown.sm_count, unknown.mig) == (200_000, 160, None)
+    with pytest.raises(ValueError, match="needs its memory"):
+        lookup_model("B300-PROTO")

@@ -1,0 +1,123 @@
+"""Policies: each expected score derived in a comment."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.core import (
+    Demand,
+    GpuKind,
+    GpuRequest,
+    NodeState,
+    TypicalWorkload,
+    evaluate,
+    fit,
+    make_policy,
+    rank,
+)
+from scheduler.core.policies import REGISTRY
+from scheduler.core.select import Scoreboard
+from tests.builders import make_state
+
+
+def share(milli: int) -> Demand:
+    return Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=milli))
+
+
+HALF_GPU_WORKLOAD = TypicalWorkload(((share(500), 1.0),))
+
+
+def two_nodes() -> list[NodeState]:
+    """a: 2 empty GPUs; b: 1 GPU with 0.6 used (0.4 free: a fragment for 0.5-GPU pods)."""
+    a = make_state(name="a", gpus=2, mode="mps")
+    b = make_state(name="b", gpus=1, mode="mps")
+    b = b.apply("x", fit(share(600), b).allocations[0])
+    return [a, b]
+
+
+def scores(policy_name: str, demand: Demand, states: list[NodeState], **options: object) -> dict[str, float]:
+    policy = make_policy(policy_name, **options)
+    ranking = rank(policy, demand, states)
+    return {p.node: p.score for p in ranking.placements}
+
+
+def test_binpack_and_spread() -> None:
+    # a: (300 used) / 2000 = 15%; b: (600 + 300) / 1000 = 90%
+    assert scores("binpack", share(300), two_nodes()) == {"a": 15, "b": 90}
+    assert scores("spread", share(300), two_nodes()) == {"a": 85, "b": 10}
+
+
+def test_bestfit_paper_formula_then_min_max() -> None:
+    # raw = floor(100 (1 - (0.5 cpu_left/128000 + 0.5 gpu_left/8000))), cpu_left = 64000 on both
+    # a: 1 - (0.25 + 0.5 x 1700/8000 = 0.10625) = 0.64375 -> 64
+    # b: 1 - (0.25 + 0.5 x 100/8000 = 0.00625) = 0.74375 -> 74
+    policy = make_policy("bestfit")
+    a, b = two_nodes()
+    assert policy.score(share(300), a, fit(share(300), a).allocations[0]) == 64
+    assert policy.score(share(300), b, fit(share(300), b).allocations[0]) == 74
+    # min-max over the candidates: 64 -> 0, 74 -> 100
+    assert scores("bestfit", share(300), two_nodes()) == {"a": 0, "b": 100}
+
+
+def test_fgd_fills_the_fragment() -> None:
+    # typical pod: 0.5 GPU. a: both GPUs host it, F = 0; after 0.3 on either, 0.7 free still hosts it: F = 0,
+    #   score = floor(100 sigmoid(0)) = 50.
+    # b: 0.4 free cannot host 0.5: F = 400; after 0.3, 0.1 free: F = 100;
+    #   score = floor(100 sigmoid(300 / 1000)) = floor(57.44) = 57.
+    assert scores("fgd", share(300), two_nodes(), workload=HALF_GPU_WORKLOAD) == {"a": 50, "b": 57}
+
+
+def test_fgd_picks_the_gpu_that_fragments_least() -> None:
+    # GPUs free: [1000, 700]. A 0.3 pod on GPU 0 leaves 700 and 700 -> F = 0 (both host 0.5);
+    # on GPU 1 it leaves 1000 and 400 -> F = 400. GPU 0 wins although GPU 1 is tighter.
+    state = make_state(gpus=2, mode="mps")
+    state = state.apply("x", fit(share(300), state).allocations[1])
+    placement = evaluate(make_policy("fgd", workload=HALF_GPU_WORKLOAD), share(300), state)
+    assert not isinstance(placement, str)
+    assert placement.allocation.shares[0].index == 0
+    # the others take the tightest GPU (least free after): GPU 1
+    tight = evaluate(make_policy("binpack"), share(300), state)
+    assert not isinstance(tight, str) and tight.allocation.shares[0].index == 1
+
+
+def test_random_is_seeded_and_roughly_uniform() -> None:
+    states = [make_state(name=f"n{i}", gpus=1, mode="mps") for i in range(4)]
+    counts = {s.node.name: 0 for s in states}
+    board = Scoreboard(states)
+    policy = make_policy("random", seed=7)
+    picks = []
+    for _ in range(4000):
+        placement = board.best(policy, share(10))
+        assert placement is not None
+        counts[placement.node] += 1
+        picks.append(placement.node)
+    assert min(counts.values()) > 850  # 1000 expected each; 850 is > 5 sd away
+    again = Scoreboard(states)
+    policy_again = make_policy("random", seed=7)
+    assert [again.best(policy_again, share(10)).node for _ in range(50)] == picks[:50]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_scores_are_in_range_and_deterministic(name: str) -> None:
+    for demand in (share(300), Demand(1000, 0, GpuRequest(GpuKind.WHOLE, 1)), Demand(1000, 1024)):
+        first = scores(name, demand, two_nodes(), **({"seed": 1} if name == "random" else {}))
+        again = scores(name, demand, two_nodes(), **({"seed": 1} if name == "random" else {}))
+        assert first == again
+        assert all(0 <= s <= 100 for s in first.values())
+
+
+def test_unknown_policy_names_the_accepted_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown policy 'tetris'; accepted: .*binpack.*fgd"):
+        make_policy("tetris")
+
+
+def test_scoreboard_best_equals_a_full_rank_after_changes() -> None:
+    states = [make_state(name=f"n{i}", gpus=2, mode="mps") for i in range(5)]
+    board = Scoreboard(states, order={f"n{i}": 4 - i for i in range(5)})
+    policy = make_policy("fgd", workload=HALF_GPU_WORKLOAD)
+    for k, milli in enumerate([300, 200, 700, 500, 300, 100, 800, 400]):
+        demand = share(milli)
+        expected = rank(policy, demand, list(board.states), order={f"n{i}": 4 - i for i in range(5)})
+        got = board.best(policy, demand)
+        assert got is not None and got == expected.placements[0]
+        board.put(board.get(got.node).apply(f"p{k}", got.allocation))  # type: ignore[union-attr]

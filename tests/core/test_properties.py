@@ -1,0 +1,336 @@
+"""Invariants of GPU accounting, over random nodes and random request sequences (hypothesis)."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler.core import (
+    CATALOG,
+    Allocation,
+    Demand,
+    DeviceShare,
+    GpuKind,
+    GpuRequest,
+    Node,
+    NodeState,
+    RecordError,
+    SharingMode,
+    decode_record,
+    encode_record,
+    fit,
+    make_policy,
+    rebuild,
+)
+from scheduler.core.allocation import MigSlot
+from scheduler.core.catalog import ProfileSpec
+from scheduler.core.inventory import MigInstance
+from scheduler.core.mig import best_start, slot_of
+from scheduler.core.policies import REGISTRY
+from scheduler.core.select import evaluate
+from tests.builders import make_device
+
+MODELS = ["A100-80GB", "A100-40GB", "A30", "H100-80GB", "H200-141GB", "L4", "T4"]
+PROFILES = [
+    "1g.5gb",
+    "1g.10gb",
+    "1g.20gb",
+    "2g.20gb",
+    "3g.40gb",
+    "4g.40gb",
+    "7g.80gb",
+    "1g.6gb",
+    "2g.12gb",
+    "4g.24gb",
+    "3g.20gb",
+    "3g.71gb",
+    "1g.18gb",
+]
+
+
+@st.composite
+def devices(draw: st.DrawFn, index: int) -> object:
+    model = draw(st.sampled_from(MODELS))
+    modes = ["exclusive", "mps", "time-slicing"] + (["mig"] if CATALOG[model].mig else [])
+    mode = draw(st.sampled_from(modes))
+    instances: tuple[MigInstance, ...] = ()
+    layout = CATALOG[model].mig
+    if mode == "mig" and layout is not None and draw(st.booleans()):
+        # a static geometry: legal placements of random profiles, by the core's own slot rule
+        used: tuple[MigSlot, ...] = ()
+        for profile in draw(st.lists(st.sampled_from(layout.profiles), min_size=1, max_size=6)):
+            start = best_start(layout, used, profile)
+            if start is not None:
+                used = (*used, slot_of(profile, start))
+                instances = (*instances, MigInstance(profile, start, f"MIG-{index}-{len(instances)}"))
+    return make_device(
+        index,
+        model,
+        mode,
+        uuid=f"g{index}",
+        mps_client_limit=draw(st.integers(1, 6)),
+        replicas=draw(st.integers(1, 6)),
+        mig_instances=instances,
+    )
+
+
+@st.composite
+def nodes(draw: st.DrawFn) -> Node:
+    count = draw(st.integers(0, 4) | st.just(1))
+    devs = tuple(draw(devices(i)) for i in range(count))  # type: ignore[misc]
+    links = draw(st.frozensets(st.tuples(st.integers(0, 3), st.integers(0, 3)).filter(lambda e: e[0] < e[1])))
+    return Node(
+        "n",
+        draw(st.integers(0, 64_000) | st.just(64_000)),
+        draw(st.integers(0, 64_000) | st.just(64_000)),
+        devs,
+        draw(st.integers(1, 30) | st.just(30)),
+        frozenset(e for e in links if e[1] < count),
+        draw(st.sampled_from([100, 150])),
+        draw(st.sampled_from([100, 200])),
+    )
+
+
+@st.composite
+def demands(draw: st.DrawFn) -> Demand:
+    kind = draw(
+        st.sampled_from(
+            [GpuKind.NONE, GpuKind.WHOLE, GpuKind.MIG, GpuKind.MIG, GpuKind.SHARE, GpuKind.SHARE, GpuKind.SHARE]
+        )
+    )
+    small = st.integers(1, 200)
+    sharing = draw(
+        st.sampled_from(
+            [frozenset(), frozenset({SharingMode.MPS}), frozenset({SharingMode.TIME_SLICING, SharingMode.MIG})]
+        )
+    )
+    if kind is GpuKind.NONE:
+        gpu = GpuRequest()
+    elif kind is GpuKind.WHOLE:
+        gpu = GpuRequest(kind, draw(st.integers(1, 3)), sharing=sharing - {SharingMode.MIG})
+    elif kind is GpuKind.MIG:
+        gpu = GpuRequest(
+            kind, 1, profile=ProfileSpec.parse(draw(st.sampled_from(PROFILES))), sharing=frozenset({SharingMode.MIG})
+        )
+    else:
+        form = draw(st.sampled_from(["fraction", "memory", "compute", "both"]))
+        gpu = GpuRequest(
+            kind,
+            draw(st.integers(1, 2)),
+            fraction_milli=draw(small | st.integers(1, 1000)) if form == "fraction" else 0,
+            memory_mib=draw(st.integers(1, 8_000) | st.integers(1, 90_000)) if form in ("memory", "both") else 0,
+            compute_milli=draw(small | st.integers(1, 1000)) if form in ("compute", "both") else 0,
+            sharing=sharing,
+        )
+    return Demand(draw(st.just(0) | st.integers(0, 20_000)), draw(st.just(0) | st.integers(0, 4_000)), gpu)
+
+
+def assert_within_capacity(state: NodeState) -> None:
+    node = state.node
+    assert state.cpu_milli <= node.cpu_milli and state.memory_mib <= node.memory_mib
+    assert len(state.pods) <= node.max_pods
+    for device, usage in zip(node.devices, state.usage, strict=True):
+        assert usage.shares >= 0 and usage.memory_mib >= 0 and usage.compute_milli >= 0
+        if device.mode is SharingMode.EXCLUSIVE:
+            assert usage.shares <= 1
+        elif device.mode is SharingMode.MPS:
+            assert usage.memory_mib <= device.memory_mib
+            assert usage.compute_milli <= 1000 * node.mps_compute_oversub_pct // 100
+            assert usage.shares <= device.mps_client_limit
+        elif device.mode is SharingMode.TIME_SLICING:
+            assert usage.memory_mib <= device.memory_mib * node.ts_memory_oversub_pct // 100
+            assert usage.shares <= device.replicas
+        else:
+            layout = device.model.mig
+            assert layout is not None
+            assert_mig_legal(usage.mig, layout.memory_slots, layout.compute_slices, device)
+        if usage.whole:
+            assert usage.shares == 1
+
+
+def assert_mig_legal(slots: tuple[MigSlot, ...], memory_slots: int, compute_slices: int, device: object) -> None:
+    taken: set[int] = set()
+    for slot in slots:
+        cells = set(range(slot.start, slot.start + slot.size))
+        assert not cells & taken, f"overlap at {slot}"
+        assert max(cells) < memory_slots
+        taken |= cells
+        profile = next(p for p in device.model.mig.profiles if p.name == slot.profile)  # type: ignore[attr-defined]
+        assert slot.start in profile.starts
+        assert sum(1 for s in slots if s.profile == slot.profile) <= profile.max_count
+    assert sum(s.slices for s in slots) <= compute_slices
+
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(nodes(), st.lists(st.tuples(demands(), st.integers(0, 7), st.booleans()), min_size=3, max_size=30))
+def test_never_over_capacity_and_release_is_exact(node: Node, steps: list[tuple[Demand, int, bool]]) -> None:
+    state = NodeState.empty(node)
+    history = [state]
+    for k, (demand, pick, release) in enumerate(steps):
+        if release and state.pods:
+            victim = state.pods[pick % len(state.pods)][0]
+            state = state.release(victim)
+        else:
+            found = fit(demand, state)
+            assert bool(found) == bool(found.allocations)
+            assert bool(found) or found.reason
+            if found:
+                before = state
+                state = state.apply(f"p{k}", found.allocations[pick % len(found.allocations)])
+                assert state.release(f"p{k}") == before  # apply then release is the identity
+        assert_within_capacity(state)
+        history.append(state)
+    # rebuilding from the records gives the same state
+    records = [(pod, encode_record(alloc)) for pod, alloc in state.pods]
+    rebuilt, problems = rebuild(node, records)
+    assert problems == [] and rebuilt == state
+    # releasing everything returns to empty
+    for pod, _ in state.pods:
+        state = state.release(pod)
+    assert state == history[0]
+
+
+@SETTINGS
+@given(nodes(), demands())
+def test_every_candidate_applies_and_round_trips(node: Node, demand: Demand) -> None:
+    state = NodeState.empty(node)
+    for alloc in fit(demand, state).allocations:
+        assert decode_record(encode_record(alloc, "t"), "p") == alloc
+        assert_within_capacity(state.apply("p", alloc))
+
+
+def _all_single_shares(demand: Demand, state: NodeState) -> list[Allocation]:
+    """Brute force: every share a single-GPU request could take, whatever fit would choose."""
+    gpu = demand.gpu
+    out = []
+    for device in state.node.devices:
+        if not gpu.allows_mode(device.mode) or not gpu.allows_model(device.model.name):
+            continue
+        if device.mode is SharingMode.MIG:
+            layout = device.model.mig
+            assert layout is not None
+            memory, compute = gpu.share_on(device)
+            for profile in device.allowed_profiles():
+                if gpu.kind is GpuKind.MIG:
+                    assert gpu.profile is not None
+                    if layout.match(gpu.profile) != profile:
+                        continue
+                elif (
+                    gpu.kind is not GpuKind.SHARE
+                    or profile.memory_mib < memory
+                    or profile.compute_slices * 1000 < compute * layout.compute_slices
+                ):
+                    continue
+                for start in range(layout.memory_slots):
+                    slot = MigSlot(start, profile.memory_slots, profile.compute_slices, profile.name)
+                    uuid = next(
+                        (i.uuid for i in device.mig_instances if i.start == start and i.profile == profile), device.uuid
+                    )
+                    out.append(
+                        Allocation(
+                            state.node.name,
+                            (DeviceShare(uuid, device.index, device.mode, profile.memory_mib, 1, slot),),
+                            demand.cpu_milli,
+                            demand.memory_mib,
+                        )
+                    )
+        elif gpu.kind in (GpuKind.SHARE, GpuKind.WHOLE):
+            memory, compute = gpu.share_on(device)
+            if device.mode is SharingMode.EXCLUSIVE and memory <= device.memory_mib and compute <= 1000:
+                memory, compute = device.memory_mib, 1000
+            out.append(
+                Allocation(
+                    state.node.name,
+                    (DeviceShare(device.uuid, device.index, device.mode, memory, compute),),
+                    demand.cpu_milli,
+                    demand.memory_mib,
+                )
+            )
+    return out
+
+
+@SETTINGS
+@given(nodes(), st.lists(demands(), max_size=8), demands())
+def test_fit_says_no_only_when_no_share_exists(node: Node, warmup: list[Demand], demand: Demand) -> None:
+    state = NodeState.empty(node)
+    for k, d in enumerate(warmup):
+        found = fit(d, state)
+        if found:
+            state = state.apply(f"w{k}", found.allocations[0])
+    if demand.gpu.count > 1:
+        return
+    found = fit(demand, state)
+    possible = []
+    for alloc in (
+        _all_single_shares(demand, state)
+        if demand.gpu.kind is not GpuKind.NONE
+        else [Allocation(node.name, (), demand.cpu_milli, demand.memory_mib)]
+    ):
+        try:
+            state.apply("probe", alloc)
+            possible.append(alloc)
+        except RecordError:
+            pass
+    assert bool(found) == bool(possible), (found.reason, possible)
+
+
+@SETTINGS
+@given(st.lists(nodes(), min_size=1, max_size=3), demands(), st.sampled_from(sorted(REGISTRY)))
+def test_scores_stay_in_0_100(node_list: list[Node], demand: Demand, name: str) -> None:
+    policy = make_policy(name)
+    for node in node_list:
+        result = evaluate(policy, demand, NodeState.empty(node))
+        if not isinstance(result, str):
+            assert 0 <= result.score <= 100
+
+
+@st.composite
+def crowded(draw: st.DrawFn) -> tuple[Node, list[Demand]]:
+    """One sharing mode, one or two GPUs, many small requests: the limits are reached often."""
+    model = draw(st.sampled_from(["A100-80GB", "A30", "H200-141GB"]))
+    mode = draw(st.sampled_from(["mps", "time-slicing", "mig", "exclusive"]))
+    gpus = draw(st.integers(1, 2))
+    node = Node(
+        "n",
+        10**6,
+        10**7,
+        tuple(
+            make_device(
+                i, model, mode, uuid=f"g{i}", mps_client_limit=draw(st.integers(1, 4)), replicas=draw(st.integers(1, 4))
+            )
+            for i in range(gpus)
+        ),
+        max_pods=100,
+        mps_compute_oversub_pct=draw(st.sampled_from([100, 150])),
+        ts_memory_oversub_pct=draw(st.sampled_from([100, 200])),
+    )
+    layout = CATALOG[model].mig
+    assert layout is not None
+    small = st.builds(lambda m: Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=m)), st.integers(1, 400))
+    sized = st.builds(
+        lambda mem, c: Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, memory_mib=mem, compute_milli=c)),
+        st.integers(1, 40_000),
+        st.integers(0, 500),
+    )
+    profiles = st.builds(
+        lambda p: Demand(0, 0, GpuRequest(GpuKind.MIG, 1, profile=ProfileSpec.parse(p.name))),
+        st.sampled_from(layout.profiles),
+    )
+    return node, draw(st.lists(small | sized | profiles, min_size=5, max_size=40))
+
+
+@SETTINGS
+@given(crowded(), st.randoms(use_true_random=False))
+def test_crowded_devices_never_exceed_their_limits(case: tuple[Node, list[Demand]], rnd: object) -> None:
+    node, requests = case
+    state = NodeState.empty(node)
+    for k, demand in enumerate(requests):
+        found = fit(demand, state)
+        if found:
+            state = state.apply(f"p{k}", found.allocations[rnd.randrange(len(found.allocations))])  # type: ignore[attr-defined]
+        elif state.pods and rnd.random() < 0.3:  # type: ignore[attr-defined]
+            state = state.release(state.pods[rnd.randrange(len(state.pods))][0])  # type: ignore[attr-defined]
+        assert_within_capacity(state)
