@@ -1,0 +1,237 @@
+"""``gpuslice serve`` configuration: defaults < YAML file (``--config``) < environment
+(``GPUSLICE_*``) < flags. Validated once at start-up; every bad field is reported by
+its path (``policy.workload[1].gpu-fraction: ...``) in one :class:`ConfigError`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from scheduler.core.errors import ConfigError, RequestError
+from scheduler.core.fragmentation import TypicalWorkload
+from scheduler.core.policies import REGISTRY, Policy, make_policy
+from scheduler.core.quantity import cpu_milli
+from scheduler.core.request import DEFAULT_PREFIX, Demand, GpuKind, GpuRequest, parse_gpu_request
+
+DEFAULT_PORT = 8686
+DEFAULT_MAX_BODY = 4 * 1024 * 1024
+ENV_PREFIX = "GPUSLICE_"
+
+_GPU_KEYS = ("gpu-fraction", "gpu-memory", "gpu-compute", "gpu-count", "mig-profile", "sharing", "gpu-model")
+
+
+class WorkloadShape(BaseModel):
+    """One typical pod of the fgd workload: a GPU request in annotation form, its CPU, its weight."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    weight: float = Field(gt=0)
+    cpu: str | int = 0
+    gpu_fraction: str | None = Field(None, alias="gpu-fraction")
+    gpu_memory: str | None = Field(None, alias="gpu-memory")
+    gpu_compute: str | None = Field(None, alias="gpu-compute")
+    gpu_count: str | None = Field(None, alias="gpu-count")
+    mig_profile: str | None = Field(None, alias="mig-profile")
+    sharing: str | None = None
+    gpu_model: str | None = Field(None, alias="gpu-model")
+
+    @field_validator("cpu")
+    @classmethod
+    def _cpu(cls, value: str | int) -> str | int:
+        try:
+            if cpu_milli(value) < 0:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"must be a CPU quantity such as 4 or 500m, got {value!r}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _request(self) -> WorkloadShape:
+        self.gpu_request()
+        return self
+
+    def gpu_request(self) -> GpuRequest:
+        annotations = {}
+        for key in _GPU_KEYS:
+            value = getattr(self, key.replace("-", "_"))
+            if value is not None:
+                annotations[DEFAULT_PREFIX + key] = str(value)
+        try:
+            return parse_gpu_request(annotations)
+        except RequestError as exc:
+            raise ValueError(str(exc).replace(DEFAULT_PREFIX, "")) from exc
+
+    def demand(self) -> Demand:
+        return Demand(cpu_milli(self.cpu), 0, self.gpu_request())
+
+
+class PolicyConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "binpack"
+    workload: tuple[WorkloadShape, ...] | None = None
+    seed: int | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in REGISTRY:
+            raise ValueError(f"unknown policy {value!r}; accepted: {', '.join(sorted(REGISTRY))}")
+        return value
+
+    @model_validator(mode="after")
+    def _options(self) -> PolicyConfig:
+        if self.workload is not None and self.name != "fgd":
+            raise ValueError("'workload' is an option of the fgd policy only")
+        if self.workload is not None and not self.workload:
+            raise ValueError("'workload' needs at least one shape")
+        if self.seed is not None and self.name != "random":
+            raise ValueError("'seed' is an option of the random policy only")
+        return self
+
+    def options(self) -> dict[str, Any]:
+        if self.workload:
+            total = sum(s.weight for s in self.workload)
+            shapes = tuple((s.demand(), s.weight / total) for s in self.workload)
+            if not any(d.gpu.kind is not GpuKind.NONE for d, _ in shapes):
+                raise ConfigError("policy.workload: needs at least one shape with a GPU request")
+            return {"workload": TypicalWorkload(shapes)}
+        if self.seed is not None:
+            return {"seed": self.seed}
+        return {}
+
+
+class ServeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy: PolicyConfig = PolicyConfig()
+    prefix: str = DEFAULT_PREFIX
+    mps_compute_oversub_pct: int = Field(100, ge=100, le=1000)
+    ts_memory_oversub_pct: int = Field(100, ge=100, le=1000)
+    url_prefix: str = ""
+    host: str = "127.0.0.1"
+    port: int = Field(DEFAULT_PORT, ge=0, le=65535)
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    max_body_bytes: int = Field(DEFAULT_MAX_BODY, ge=1024, le=1024**3)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/", value):
+            raise ValueError(f"must be a DNS subdomain followed by '/', such as gpuslice.io/, got {value!r}")
+        return value
+
+    @field_validator("url_prefix")
+    @classmethod
+    def _url_prefix(cls, value: str) -> str:
+        value = value.rstrip("/")
+        if value and not re.fullmatch(r"(/[A-Za-z0-9._~-]+)+", value):
+            raise ValueError(f"must be empty or a path such as /gpuslice, got {value!r}")
+        return value
+
+    @field_validator("tls_cert", "tls_key")
+    @classmethod
+    def _exists(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"no such file: {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServeConfig:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: give both or neither")
+        return self
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert else "http"
+
+    def make_policy(self) -> Policy:
+        return make_policy(self.policy.name, **self.policy.options())
+
+
+# Environment variables and the config field each sets ("policy" sets policy.name).
+ENV_FIELDS = {
+    "POLICY": "policy",
+    "PREFIX": "prefix",
+    "MPS_COMPUTE_OVERSUB_PCT": "mps_compute_oversub_pct",
+    "TS_MEMORY_OVERSUB_PCT": "ts_memory_oversub_pct",
+    "URL_PREFIX": "url_prefix",
+    "HOST": "host",
+    "PORT": "port",
+    "TLS_CERT": "tls_cert",
+    "TLS_KEY": "tls_key",
+    "MAX_BODY_BYTES": "max_body_bytes",
+    "LOG_LEVEL": "log_level",
+}
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part not in ("function-after", "function-before") and not part.startswith(("function-", "tagged-")):
+            out += ("." if out else "") + part
+    return out or "(config)"
+
+
+def _alias_path(loc: tuple[int | str, ...]) -> str:
+    return _path(
+        tuple(p.replace("_", "-") if isinstance(p, str) and p.startswith(("gpu_", "mig_")) else p for p in loc)
+    )
+
+
+def load_config(
+    file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+) -> ServeConfig:
+    """Merge the sources and validate; ConfigError lists every bad field by its path."""
+    data: dict[str, Any] = {}
+    origin = ""
+    if file is not None:
+        origin = f"{file}: "
+        try:
+            loaded = yaml.safe_load(file.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"--config: cannot read {file}: {exc.strerror or exc}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--config: {file} is not YAML: {exc}") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"--config: {file} must hold a mapping of settings")
+        data = dict(loaded or {})
+        if isinstance(data.get("policy"), str):
+            data["policy"] = {"name": data["policy"]}
+    environ = os.environ if env is None else env
+    for suffix, name in ENV_FIELDS.items():
+        value = environ.get(ENV_PREFIX + suffix)
+        if value is not None and value != "":
+            _set(data, name, value)
+    for name, value in (flags or {}).items():
+        if value is not None:
+            _set(data, name, value)
+    try:
+        return ServeConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{origin}{_alias_path(err['loc'])}: {err['msg']}" for err in exc.errors()]
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
+    except ConfigError:
+        raise
+
+
+def _set(data: dict[str, Any], name: str, value: Any) -> None:
+    if name == "policy":
+        policy = data.get("policy")
+        data["policy"] = dict(policy, name=value) if isinstance(policy, dict) else {"name": value}
+    else:
+        data[name] = value

@@ -1,0 +1,263 @@
+"""A Backend over a file: a Kubernetes ``v1 List`` of Nodes and Pods, binds kept in memory.
+
+The file is what ``kubectl get nodes,pods -A -o yaml`` (or ``-o json``) prints. Binds
+honour the same contract as the Kubernetes backend: serialised per node (and per pod),
+``decide`` sees the records of the node's live pods, a repeated bind of a pod already
+bound to that node returns its allocation, and every change is reported through
+``on_change`` as a watch event would be.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scheduler.backend import BindResult, Change, Decide, Kind, PodRef
+from scheduler.core.allocation import Allocation, decode_record, record_annotations
+from scheduler.core.errors import GpusliceError, RecordError
+from scheduler.core.request import DEFAULT_PREFIX
+
+from . import logs
+
+log = logs.get("filebackend")
+
+LIST_KINDS = {"List": None, "NodeList": "Node", "PodList": "Pod"}
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+class ClusterFileError(GpusliceError):
+    """The cluster file cannot be used; the message names the file, the item and the field."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def read_list(path: Path) -> dict[str, Any]:
+    """The file's top-level object (JSON, or YAML for anything that is not JSON)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ClusterFileError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        if text.lstrip().startswith(("{", "[")):
+            body = json.loads(text)
+        else:
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            body = yaml.load(text, Loader=loader)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ClusterFileError(f"{path}: neither JSON nor YAML: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ClusterFileError(
+            f"{path}: must be a Kubernetes v1 List (an object with 'items'), got {type(body).__name__}"
+        )
+    return body
+
+
+def parse_list(path: Path, body: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """(nodes by name, pods by namespace/name) of a v1 List; ClusterFileError naming what is wrong."""
+    kind = body.get("kind", "List")
+    if kind not in LIST_KINDS:
+        raise ClusterFileError(f"{path}: kind must be one of {', '.join(LIST_KINDS)}, got {kind!r}")
+    items = body.get("items")
+    if items is None:
+        items = []
+    if not isinstance(items, list):
+        raise ClusterFileError(f"{path}: 'items' must be a list")
+    nodes: dict[str, dict[str, Any]] = {}
+    pods: dict[str, dict[str, Any]] = {}
+    for i, item in enumerate(items):
+        where = f"{path}: items[{i}]"
+        if not isinstance(item, dict):
+            raise ClusterFileError(f"{where}: must be an object")
+        item_kind = item.get("kind", LIST_KINDS[kind])
+        meta = item.get("metadata")
+        if not isinstance(meta, dict):
+            raise ClusterFileError(f"{where}: 'metadata' must be an object")
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            raise ClusterFileError(f"{where}: metadata.name must be a non-empty string")
+        where = f"{where} ({item_kind} {name})"
+        for key in ("annotations", "labels"):
+            value = meta.get(key)
+            if value is not None and (
+                not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values())
+            ):
+                raise ClusterFileError(f"{where}: metadata.{key} must map names to strings")
+        if item_kind == "Node":
+            if name in nodes:
+                raise ClusterFileError(f"{where}: a second Node named {name!r}")
+            nodes[name] = item
+        elif item_kind == "Pod":
+            namespace = meta.get("namespace", "default")
+            if not isinstance(namespace, str) or not namespace:
+                raise ClusterFileError(f"{where}: metadata.namespace must be a non-empty string")
+            spec = item.get("spec")
+            if spec is not None and not isinstance(spec, dict):
+                raise ClusterFileError(f"{where}: 'spec' must be an object")
+            node = (spec or {}).get("nodeName")
+            if node is not None and not isinstance(node, str):
+                raise ClusterFileError(f"{where}: spec.nodeName must be a string")
+            key = f"{namespace}/{name}"
+            if key in pods:
+                raise ClusterFileError(f"{where}: a second Pod named {key!r}")
+            pods[key] = item
+        else:
+            log.warning("cluster file item skipped", extra={"file": str(path), "item": i, "kind": item_kind})
+    return nodes, pods
+
+
+class FileBackend:
+    def __init__(self, path: Path | str, prefix: str = DEFAULT_PREFIX, clock: Callable[[], str] = _now) -> None:
+        self.path = Path(path)
+        self.prefix = prefix
+        self._clock = clock
+        self._nodes, self._pods = parse_list(self.path, read_list(self.path))
+        self._lock = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+        self._on_change: Callable[[Change], None] | None = None
+        self._ready = False
+
+    # ------------------------------------------------------------ Backend
+
+    def start(self, on_change: Callable[[Change], None]) -> None:
+        with self._lock:
+            self._on_change = on_change
+            nodes = list(self._nodes.items())
+            pods = list(self._pods.items())
+        for name, obj in nodes:
+            on_change(Change(Kind.NODE, name, obj))
+        for key, obj in pods:
+            on_change(Change(Kind.POD, key, obj))
+        self._ready = True
+        log.info("cluster file loaded", extra={"file": str(self.path), "nodes": len(nodes), "pods": len(pods)})
+
+    def ready(self) -> bool:
+        return self._ready
+
+    def stop(self) -> None:
+        self._ready = False
+        self._on_change = None
+
+    def bind(self, pod: PodRef, node: str, decide: Decide) -> BindResult:
+        # Pod lock first, then node lock: the only order anything here takes them in.
+        with self._serialised("pod:" + pod.key), self._serialised("node:" + node):
+            with self._lock:
+                obj = self._pods.get(pod.key)
+                known = node in self._nodes
+                on_node = [(k, p) for k, p in self._pods.items() if _node_of(p) == node and k != pod.key]
+            if obj is None:
+                return BindResult(error=f"pod {pod.key} not found")
+            uid = (obj.get("metadata") or {}).get("uid") or ""
+            if pod.uid and uid and uid != pod.uid:
+                return BindResult(error=f"pod {pod.key} has uid {uid}, not {pod.uid}")
+            if not known:
+                return BindResult(error=f"node {node} not found")
+            current = _node_of(obj)
+            if current:
+                if current != node:
+                    return BindResult(error=f"pod {pod.key} is already bound to node {current}")
+                existing = self._record(pod.key, obj)
+                if isinstance(existing, Allocation) and existing.node == node:
+                    return BindResult(allocation=existing)
+                return BindResult(error=f"pod {pod.key} is already on node {node} without a usable record")
+            records = [(k, text) for k, p in on_node if _live(p) and (text := self._record_text(p)) is not None]
+            decision = decide(records)
+            if isinstance(decision, str):
+                return BindResult(error=decision)
+            if decision.node != node:
+                return BindResult(error=f"allocation is for node {decision.node}, not {node}")
+            bound = copy.deepcopy(obj)
+            meta = bound.setdefault("metadata", {})
+            annotations = meta.get("annotations") or {}
+            annotations.update(record_annotations(decision, self.prefix, "bound", self._clock()))
+            meta["annotations"] = annotations
+            (bound.get("spec") or bound.setdefault("spec", {}))["nodeName"] = node
+            self._emit(Kind.POD, pod.key, bound)
+            return BindResult(allocation=decision)
+
+    # ------------------------------------------------------------ changes (tests, demo)
+
+    def put_pod(self, obj: Mapping[str, Any]) -> str:
+        """Add or replace a pod, as if created or updated through the API server."""
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+        _, pods = parse_list(self.path, {"kind": "List", "items": [dict(obj, kind="Pod")]})
+        self._emit(Kind.POD, key, pods[key])
+        return key
+
+    def delete_pod(self, key: str) -> None:
+        self._emit(Kind.POD, key, None)
+
+    def put_node(self, obj: Mapping[str, Any]) -> None:
+        nodes, _ = parse_list(self.path, {"kind": "List", "items": [dict(obj, kind="Node")]})
+        for name, item in nodes.items():
+            self._emit(Kind.NODE, name, item)
+
+    def delete_node(self, name: str) -> None:
+        self._emit(Kind.NODE, name, None)
+
+    def pods(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return dict(self._pods)
+
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return dict(self._nodes)
+
+    def as_list(self) -> dict[str, Any]:
+        """The cluster as it is now, binds included, as a v1 List."""
+        with self._lock:
+            items = [dict(n, kind="Node") for n in self._nodes.values()]
+            items += [dict(p, kind="Pod") for p in self._pods.values()]
+        return {"apiVersion": "v1", "kind": "List", "items": items}
+
+    # ------------------------------------------------------------ helpers
+
+    def _emit(self, kind: Kind, key: str, obj: dict[str, Any] | None) -> None:
+        with self._lock:
+            store = self._nodes if kind is Kind.NODE else self._pods
+            if obj is None:
+                store.pop(key, None)
+            else:
+                store[key] = obj
+            on_change = self._on_change
+        if on_change is not None:
+            on_change(Change(kind, key, obj))
+
+    @contextmanager
+    def _serialised(self, name: str) -> Iterator[None]:
+        with self._lock:
+            lock = self._locks.setdefault(name, threading.Lock())
+        with lock:
+            yield
+
+    def _record_text(self, obj: Mapping[str, Any]) -> str | None:
+        text = ((obj.get("metadata") or {}).get("annotations") or {}).get(self.prefix + "allocation")
+        return text if isinstance(text, str) else None
+
+    def _record(self, key: str, obj: Mapping[str, Any]) -> Allocation | None:
+        text = self._record_text(obj)
+        if text is None:
+            return None
+        try:
+            return decode_record(text, key)
+        except RecordError:
+            return None
+
+
+def _node_of(obj: Mapping[str, Any]) -> str:
+    node = (obj.get("spec") or {}).get("nodeName")
+    return node if isinstance(node, str) else ""
+
+
+def _live(obj: Mapping[str, Any]) -> bool:
+    return (obj.get("status") or {}).get("phase") not in TERMINAL_PHASES

@@ -1,0 +1,86 @@
+"""Prometheus metrics: one registry per service, so several services can live in one process."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .debug import DeviceRow
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_NUMBER = re.compile(r"\d+(\.\d+)?")
+
+
+def reason_class(reason: str) -> str:
+    """A reason with its numbers blanked, so the label set stays small:
+    "needs 20480 MiB on one GPU, largest free 16384 MiB" -> "needs N MiB on one GPU, largest free N MiB"."""
+    return _NUMBER.sub("N", reason)[:120]
+
+
+class Metrics:
+    def __init__(self, devices: Callable[[], Iterable[tuple[str, DeviceRow]]] | None = None) -> None:
+        self.registry = CollectorRegistry()
+        self.latency = Histogram(
+            "gpuslice_extender_request_seconds",
+            "Time to answer one extender call, by verb.",
+            ["verb"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.binds = Counter("gpuslice_binds", "Binds by outcome.", ["outcome"], registry=self.registry)
+        self.rejections = Counter(
+            "gpuslice_filter_rejections", "Nodes a filter call rejected, by reason.", ["reason"], registry=self.registry
+        )
+        self.bad_requests = Counter(
+            "gpuslice_bad_requests", "Calls answered with an error, by verb.", ["verb"], registry=self.registry
+        )
+        self._classes: dict[str, str] = {}
+        if devices is not None:
+            self.registry.register(_DeviceCollector(devices))
+
+    def reject(self, reasons: Iterable[str]) -> None:
+        tally = Tally(reasons)
+        classes = self._classes
+        for reason, n in tally.items():
+            label = classes.get(reason)
+            if label is None:
+                if len(classes) > 10_000:
+                    classes.clear()
+                label = classes[reason] = reason_class(reason)
+            self.rejections.labels(label).inc(n)
+
+
+class _DeviceCollector(Collector):
+    """Allocated and free GPU memory and compute per node and sharing mode, computed at scrape time."""
+
+    def __init__(self, devices: Callable[[], Iterable[tuple[str, DeviceRow]]]) -> None:
+        self._devices = devices
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        memory = GaugeMetricFamily(
+            "gpuslice_gpu_memory_mib", "GPU memory per node and sharing mode.", labels=["node", "mode", "state"]
+        )
+        compute = GaugeMetricFamily(
+            "gpuslice_gpu_compute_milli",
+            "GPU compute (thousandths of a GPU) per node and sharing mode.",
+            labels=["node", "mode", "state"],
+        )
+        totals: dict[tuple[str, str], list[int]] = {}
+        for node, row in self._devices():
+            t = totals.setdefault((node, row.mode), [0, 0, 0, 0])
+            t[0] += row.memory_allocated_mib
+            t[1] += row.memory_free_mib
+            t[2] += row.compute_allocated_milli
+            t[3] += row.compute_free_milli
+        for (node, mode), (mem_used, mem_free, cpu_used, cpu_free) in sorted(totals.items()):
+            memory.add_metric([node, mode, "allocated"], mem_used)
+            memory.add_metric([node, mode, "free"], mem_free)
+            compute.add_metric([node, mode, "allocated"], cpu_used)
+            compute.add_metric([node, mode, "free"], cpu_free)
+        yield memory
+        yield compute

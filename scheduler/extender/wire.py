@@ -1,0 +1,212 @@
+"""The extender wire protocol (k8s.io/kube-scheduler/extender/v1), as plain JSON.
+
+Envelope keys are Go field names (PascalCase); Go matches them case-insensitively when
+decoding, and so do we. The Pod and Node inside stay ordinary dicts, so fields newer
+than any client library pass through untouched. Every reply key is always present,
+``null`` when empty, as Go's encoder writes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+MAX_PRIORITY = 10  # extenderv1.MaxExtenderPriority
+
+
+class WireError(ValueError):
+    """A request body that is not what kube-scheduler sends; the message says what was wrong."""
+
+
+def loads(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise WireError(f"request body is not JSON: {exc}") from exc
+
+
+def dumps(value: Any) -> bytes:
+    return orjson.dumps(value)
+
+
+def field(obj: Mapping[str, Any], name: str) -> Any:
+    """``obj[name]``, matched case-insensitively like Go's encoding/json; None if absent."""
+    if name in obj:
+        return obj[name]
+    lower = name.lower()
+    for key, value in obj.items():
+        if isinstance(key, str) and key.lower() == lower:
+            return value
+    return None
+
+
+def _object(value: object, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise WireError(f"{what} must be a JSON object, got {_kind(value)}")
+    return value
+
+
+def _kind(value: object) -> str:
+    return {dict: "an object", list: "an array", str: "a string", type(None): "null", bool: "a boolean"}.get(
+        type(value), "a number"
+    )
+
+
+def node_name(node: object, where: str) -> str:
+    meta = _object(node, where).get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    if not isinstance(name, str) or not name:
+        raise WireError(f"{where} has no metadata.name")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderArgs:
+    """Filter and prioritize input. ``nodes`` is set when full Nodes came (nodeCacheCapable false)."""
+
+    pod: Mapping[str, Any]
+    names: Sequence[str]
+    nodes: Sequence[Mapping[str, Any]] | None = None
+
+
+def parse_args(body: bytes) -> ExtenderArgs:
+    top = _object(loads(body), "ExtenderArgs")
+    pod = field(top, "Pod")
+    if pod is None:
+        raise WireError("ExtenderArgs.Pod is missing")
+    pod = _object(pod, "ExtenderArgs.Pod")
+    node_list = field(top, "Nodes")
+    if node_list is not None:
+        items = field(_object(node_list, "ExtenderArgs.Nodes"), "items")
+        if items is None:
+            items = []
+        if not isinstance(items, list):
+            raise WireError(f"ExtenderArgs.Nodes.items must be an array, got {_kind(items)}")
+        names = [node_name(item, f"ExtenderArgs.Nodes.items[{i}]") for i, item in enumerate(items)]
+        return ExtenderArgs(pod, names, items)
+    raw = field(top, "NodeNames")
+    if raw is None:
+        return ExtenderArgs(pod, [])
+    if not isinstance(raw, list) or not all(isinstance(n, str) for n in raw):
+        raise WireError("ExtenderArgs.NodeNames must be an array of strings")
+    return ExtenderArgs(pod, raw)
+
+
+def filter_result(
+    args: ExtenderArgs | None,
+    passed: Sequence[int] = (),
+    failed: Mapping[str, str] | None = None,
+    unresolvable: Mapping[str, str] | None = None,
+    error: str = "",
+) -> bytes:
+    """ExtenderFilterResult; ``passed`` are positions in ``args.names``. Full Nodes in, Nodes out."""
+    names: list[str] | None = None
+    nodes: dict[str, Any] | None = None
+    if args is not None:
+        if args.nodes is not None:
+            nodes = {"metadata": {}, "items": [args.nodes[i] for i in passed]}
+        else:
+            names = [args.names[i] for i in passed]
+    return orjson.dumps(
+        {
+            "Nodes": nodes,
+            "NodeNames": names,
+            "FailedNodes": dict(failed) if failed else None,
+            "FailedAndUnresolvableNodes": dict(unresolvable) if unresolvable else None,
+            "Error": error,
+        }
+    )
+
+
+def host_priorities(names: Sequence[str], scores: Sequence[int]) -> bytes:
+    """HostPriorityList: the top-level array ``[{"Host", "Score"}]``."""
+    return orjson.dumps([{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)])
+
+
+@dataclass(frozen=True, slots=True)
+class BindingArgs:
+    name: str
+    namespace: str
+    uid: str
+    node: str
+
+
+def parse_binding(body: bytes) -> BindingArgs:
+    top = _object(loads(body), "ExtenderBindingArgs")
+    values: dict[str, str] = {}
+    for key in ("PodName", "PodNamespace", "PodUID", "Node"):
+        value = field(top, key)
+        if value is None:
+            value = ""
+        if not isinstance(value, str):
+            raise WireError(f"ExtenderBindingArgs.{key} must be a string, got {_kind(value)}")
+        values[key] = value
+    for key in ("PodName", "Node"):
+        if not values[key]:
+            raise WireError(f"ExtenderBindingArgs.{key} is missing or empty")
+    return BindingArgs(values["PodName"], values["PodNamespace"] or "default", values["PodUID"], values["Node"])
+
+
+def binding_result(error: str = "") -> bytes:
+    return orjson.dumps({"Error": error})
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionArgs:
+    pod: Mapping[str, Any]
+    # node -> victim pod UIDs, and the victims' PDB violation count
+    victims: Mapping[str, tuple[list[str], int]]
+    meta: bool  # True when NodeNameToMetaVictims came (answer in the same form either way)
+
+
+def _victims(value: object, where: str, full: bool) -> tuple[list[str], int]:
+    obj = _object(value, where)
+    pods = field(obj, "Pods") or []
+    if not isinstance(pods, list):
+        raise WireError(f"{where}.Pods must be an array")
+    uids: list[str] = []
+    for i, pod in enumerate(pods):
+        item = _object(pod, f"{where}.Pods[{i}]")
+        if full:
+            meta = item.get("metadata")
+            uid = meta.get("uid") if isinstance(meta, Mapping) else None
+        else:
+            uid = field(item, "UID")
+        if not isinstance(uid, str) or not uid:
+            raise WireError(f"{where}.Pods[{i}] has no UID")
+        uids.append(uid)
+    violations = field(obj, "NumPDBViolations") or 0
+    if isinstance(violations, bool) or not isinstance(violations, int):
+        raise WireError(f"{where}.NumPDBViolations must be an integer")
+    return uids, violations
+
+
+def parse_preemption(body: bytes) -> PreemptionArgs:
+    top = _object(loads(body), "ExtenderPreemptionArgs")
+    pod = field(top, "Pod")
+    if pod is None:
+        raise WireError("ExtenderPreemptionArgs.Pod is missing")
+    pod = _object(pod, "ExtenderPreemptionArgs.Pod")
+    meta = field(top, "NodeNameToMetaVictims")
+    full = field(top, "NodeNameToVictims")
+    chosen, is_meta = (meta, True) if meta is not None else (full, False)
+    victims: dict[str, tuple[list[str], int]] = {}
+    if chosen is not None:
+        for node, value in _object(chosen, "ExtenderPreemptionArgs victims map").items():
+            where = f"NodeNameTo{'Meta' if is_meta else ''}Victims[{node}]"
+            victims[node] = _victims(value, where, not is_meta) if value is not None else ([], 0)
+    return PreemptionArgs(pod, victims, is_meta)
+
+
+def preemption_result(victims: Mapping[str, tuple[list[str], int]]) -> bytes:
+    return orjson.dumps(
+        {
+            "NodeNameToMetaVictims": {
+                node: {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": n} for node, (uids, n) in victims.items()
+            }
+            or None
+        }
+    )
