@@ -1,0 +1,268 @@
+"""The one module that calls the ``kubernetes`` client: every API call gpuslice makes, as plain JSON.
+
+Objects never go through the client's models (pydantic with ``extra='forbid'``, DESIGN §6):
+every call uses ``_preload_content=False`` and the body is parsed with ``json.loads``, so
+fields newer than the client stay ordinary dict entries. Every client or transport
+exception is wrapped into :mod:`scheduler.kube.errors`, raised ``from`` the cause.
+
+:data:`API_CALLS` lists each call as ``(verb, apiGroup, resource)``, the rules the
+ClusterRole must grant; every call site checks itself against it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException, OpenApiException
+from kubernetes.config.config_exception import ConfigException
+
+from .errors import ApiProtocolError, ApiUnavailableError, KubeConfigError, KubeError, status_error
+
+API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        ("list", "", "nodes"),
+        ("watch", "", "nodes"),
+        ("list", "", "pods"),
+        ("watch", "", "pods"),
+        ("get", "", "pods"),
+        ("patch", "", "pods"),
+        ("create", "", "pods/binding"),
+        ("get", "", "configmaps"),
+        ("create", "", "configmaps"),
+        ("update", "", "configmaps"),
+    }
+)
+
+MERGE_PATCH = "application/merge-patch+json"
+WATCHED = ("nodes", "pods")
+
+Json = dict[str, Any]
+
+
+def _configuration(configuration: Any) -> Any:
+    # gpuslice retries on its own terms (conflicts, relists); urllib3 retrying a read
+    # that timed out would hide a stalled watch for three times as long.
+    configuration.retries = False
+    return configuration
+
+
+def _wrap(call: str, exc: BaseException) -> KubeError:
+    if isinstance(exc, ApiException):
+        if not exc.status:  # the client's code for a TLS failure
+            return ApiUnavailableError(call, str(exc.reason))
+        return status_error(call, int(exc.status), exc.body, str(exc.reason or ""))
+    if isinstance(exc, (urllib3.exceptions.HTTPError, OSError)):
+        return ApiUnavailableError(call, f"{type(exc).__name__}: {exc}")
+    return KubeError(call, f"the client refused the call: {type(exc).__name__}: {exc}")
+
+
+# What the client and its transport raise; anything else is a bug and propagates.
+_CLIENT_ERRORS = (OpenApiException, urllib3.exceptions.HTTPError, OSError, ValueError, TypeError)
+
+
+class WatchStream:
+    """The events of one watch request as dicts ``{"type", "object"}``; :meth:`close` ends it from any thread."""
+
+    def __init__(self, call: str, response: Any) -> None:
+        self._call = call
+        self._response = response
+
+    def __iter__(self) -> Iterator[Json]:
+        buffer = b""
+        try:
+            for chunk in self._response.stream(amt=None, decode_content=True):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield self._event(line)
+        except _CLIENT_ERRORS as exc:
+            raise _wrap(self._call, exc) from exc
+        finally:
+            self._response.close()
+            self._response.release_conn()
+        if buffer.strip():
+            yield self._event(buffer)
+
+    def _event(self, line: bytes) -> Json:
+        try:
+            event = json.loads(line)
+        except ValueError as exc:
+            raise ApiProtocolError(self._call, f"watch event is not JSON: {line[:120]!r}") from exc
+        if (
+            not isinstance(event, dict)
+            or not isinstance(event.get("type"), str)
+            or not isinstance(event.get("object"), dict)
+        ):
+            raise ApiProtocolError(self._call, f"watch event lacks 'type' or 'object': {line[:120]!r}")
+        return event
+
+    def close(self) -> None:
+        with contextlib.suppress(AttributeError, OSError):
+            self._response.shutdown()  # unblocks a read in progress in another thread
+        self._response.close()
+
+
+class KubeApi:
+    """Every call gpuslice makes to the API server; each returns the object's JSON as a dict."""
+
+    def __init__(self, api_client: Any, request_timeout_s: float = 5.0) -> None:
+        self._client = api_client
+        self._core: Any = k8s.CoreV1Api(api_client)
+        self.request_timeout_s = request_timeout_s
+
+    # ------------------------------------------------------------ construction
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        token: str | None = None,
+        ca_file: str | None = None,
+        verify_tls: bool = True,
+        request_timeout_s: float = 5.0,
+    ) -> KubeApi:
+        if not url.startswith(("http://", "https://")):
+            raise KubeConfigError("", f"API server URL {url!r} must start with http:// or https://")
+        configuration = k8s.Configuration(host=url.rstrip("/"))
+        configuration.proxy = None  # an explicit URL is reached directly
+        configuration.verify_ssl = verify_tls
+        configuration.ssl_ca_cert = ca_file
+        if token:
+            configuration.api_key = {"BearerToken": token}
+            configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        return cls(k8s.ApiClient(_configuration(configuration)), request_timeout_s)
+
+    @classmethod
+    def from_kubeconfig(
+        cls, path: str | None = None, context: str | None = None, request_timeout_s: float = 5.0
+    ) -> KubeApi:
+        configuration = k8s.Configuration()
+        try:
+            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=path, context=context, client_configuration=configuration
+            )
+        except (ConfigException, OSError, ValueError, TypeError) as exc:
+            where = path or "the default kubeconfig"
+            raise KubeConfigError(
+                "", f"cannot load {where}" + (f" (context {context})" if context else "") + f": {exc}"
+            ) from exc
+        return cls(k8s.ApiClient(_configuration(configuration)), request_timeout_s)
+
+    @classmethod
+    def in_cluster(cls, request_timeout_s: float = 5.0) -> KubeApi:
+        configuration = k8s.Configuration()
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except (ConfigException, OSError, ValueError) as exc:
+            raise KubeConfigError("", f"no in-cluster service account configuration: {exc}") from exc
+        return cls(k8s.ApiClient(_configuration(configuration)), request_timeout_s)
+
+    def close(self) -> None:
+        with contextlib.suppress(*_CLIENT_ERRORS):
+            self._client.close()
+
+    # ------------------------------------------------------------ the calls
+
+    def _raw(
+        self, verb: str, resource: str, method: Callable[..., Any], *args: Any, timeout: Any = None, **kwargs: Any
+    ) -> Any:
+        """One call, with the response unread; its (verb, resource) must be in :data:`API_CALLS`."""
+        if (verb, "", resource) not in API_CALLS:
+            raise AssertionError(f"API call {verb} {resource} is missing from API_CALLS")
+        call = f"{verb} {resource}"
+        try:
+            return method(
+                *args,
+                _preload_content=False,
+                _request_timeout=timeout if timeout is not None else self.request_timeout_s,
+                **kwargs,
+            )
+        except _CLIENT_ERRORS as exc:
+            raise _wrap(call, exc) from exc
+
+    def _json(self, verb: str, resource: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Json:
+        call = f"{verb} {resource}"
+        response = self._raw(verb, resource, method, *args, **kwargs)
+        try:
+            data = response.read()
+        except _CLIENT_ERRORS as exc:
+            raise _wrap(call, exc) from exc
+        finally:
+            response.release_conn()
+        try:
+            body = json.loads(data) if data else {}
+        except ValueError as exc:
+            raise ApiProtocolError(call, f"response is not JSON: {data[:120]!r}") from exc
+        if not isinstance(body, dict):
+            raise ApiProtocolError(call, f"response is not a JSON object: {data[:120]!r}")
+        return body
+
+    def _lister(self, resource: str) -> Callable[..., Any]:
+        if resource == "nodes":
+            return self._core.list_node  # type: ignore[no-any-return]
+        if resource == "pods":
+            return self._core.list_pod_for_all_namespaces  # type: ignore[no-any-return]
+        raise ValueError(f"resource {resource!r}: accepted: {', '.join(WATCHED)}")
+
+    def list(
+        self,
+        resource: str,
+        *,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> Json:
+        """A ``List`` of nodes or of pods in all namespaces (one page when ``limit`` is set)."""
+        options: dict[str, Any] = {}
+        if field_selector:
+            options["field_selector"] = field_selector
+        if limit:
+            options["limit"] = limit
+        if continue_token:
+            options["_continue"] = continue_token
+        return self._json("list", resource, self._lister(resource), **options)
+
+    def watch(self, resource: str, resource_version: str, timeout_s: int, read_slack_s: float = 5.0) -> WatchStream:
+        """Changes to nodes or pods after ``resource_version``; the server ends the stream after ``timeout_s``,
+        and a stream silent for ``read_slack_s`` longer than that is treated as broken."""
+        response = self._raw(
+            "watch",
+            resource,
+            self._lister(resource),
+            timeout=(self.request_timeout_s, timeout_s + read_slack_s),
+            watch=True,
+            resource_version=resource_version,
+            timeout_seconds=timeout_s,
+            allow_watch_bookmarks=True,
+        )
+        return WatchStream(f"watch {resource}", response)
+
+    def get_pod(self, namespace: str, name: str) -> Json:
+        return self._json("get", "pods", self._core.read_namespaced_pod, name, namespace)
+
+    def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> Json:
+        """A JSON merge patch (RFC 7386): ``None`` values delete keys."""
+        return self._json(
+            "patch", "pods", self._core.patch_namespaced_pod, name, namespace, dict(patch), _content_type=MERGE_PATCH
+        )
+
+    def bind_pod(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        # _preload_content=False (in _raw): the client raises on a successful bind otherwise (DESIGN §6).
+        self._json("create", "pods/binding", self._core.create_namespaced_pod_binding, name, namespace, dict(body))
+
+    def get_configmap(self, namespace: str, name: str) -> Json:
+        return self._json("get", "configmaps", self._core.read_namespaced_config_map, name, namespace)
+
+    def create_configmap(self, namespace: str, body: Mapping[str, Any]) -> Json:
+        return self._json("create", "configmaps", self._core.create_namespaced_config_map, namespace, dict(body))
+
+    def replace_configmap(self, namespace: str, name: str, body: Mapping[str, Any]) -> Json:
+        """A PUT; with ``metadata.resourceVersion`` set, the API server refuses it (409) if the object changed."""
+        return self._json("update", "configmaps", self._core.replace_namespaced_config_map, name, namespace, dict(body))

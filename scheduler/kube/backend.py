@@ -1,0 +1,160 @@
+"""``KubeBackend``: the :class:`~scheduler.backend.Backend` of a live cluster.
+
+    backend = KubeBackend.from_environment()                 # in-cluster, else ~/.kube/config
+    backend = KubeBackend.from_kubeconfig("kubeconfig.yaml", context="prod", namespace="gpuslice")
+    backend = KubeBackend.from_url("http://127.0.0.1:8001")  # kubectl proxy, or a test's fake server
+    backend.start(on_change)   # returns after the first full list of nodes and pods
+    backend.bind(PodRef(ns, name, uid), node, decide)
+
+Options are :class:`~scheduler.kube.options.KubeOptions` fields, by keyword.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from scheduler.backend import BindResult, Change, Decide, Kind, PodRef
+
+from .api import KubeApi
+from .binder import Binder
+from .clock import SYSTEM_CLOCK, Clock
+from .errors import KubeError
+from .options import KubeOptions
+from .reflector import Reflector
+
+log = logging.getLogger("gpuslice.kube")
+
+
+class KubeBackend:
+    def __init__(
+        self,
+        api: KubeApi,
+        options: KubeOptions | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.api = api
+        self.options = options or KubeOptions()
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._binder = Binder(api, self.options, clock, self._rng)
+        self._stop = threading.Event()
+        self._emit_lock = threading.Lock()
+        self._reflectors: list[Reflector] = []
+        self._threads: list[threading.Thread] = []
+        self._synced = False
+
+    # ------------------------------------------------------------ construction
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        token: str | None = None,
+        ca_file: str | None = None,
+        verify_tls: bool = True,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        rng: random.Random | None = None,
+        **options: Any,
+    ) -> KubeBackend:
+        opts = KubeOptions.build(**options)
+        return cls(KubeApi.from_url(url, token, ca_file, verify_tls, opts.request_timeout_s), opts, clock, rng)
+
+    @classmethod
+    def from_kubeconfig(
+        cls,
+        path: str | None = None,
+        context: str | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        rng: random.Random | None = None,
+        **options: Any,
+    ) -> KubeBackend:
+        opts = KubeOptions.build(**options)
+        return cls(KubeApi.from_kubeconfig(path, context, opts.request_timeout_s), opts, clock, rng)
+
+    @classmethod
+    def in_cluster(
+        cls, *, clock: Clock = SYSTEM_CLOCK, rng: random.Random | None = None, **options: Any
+    ) -> KubeBackend:
+        opts = KubeOptions.build(**options)
+        return cls(KubeApi.in_cluster(opts.request_timeout_s), opts, clock, rng)
+
+    @classmethod
+    def from_environment(cls, kubeconfig: str | None = None, context: str | None = None, **options: Any) -> KubeBackend:
+        """A kubeconfig when one is named; else the pod's service account inside a cluster; else the
+        default kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``)."""
+        if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            return cls.in_cluster(**options)
+        return cls.from_kubeconfig(kubeconfig, context, **options)
+
+    # ------------------------------------------------------------ the Backend protocol
+
+    def start(self, on_change: Callable[[Change], None]) -> None:
+        if self._reflectors:
+            raise RuntimeError("KubeBackend.start() was already called")
+
+        def emit(change: Change) -> None:
+            with self._emit_lock:  # one change at a time, in order, whichever thread reports it
+                try:
+                    on_change(change)
+                except Exception:
+                    log.exception("on_change failed for %s %s", change.kind, change.key)
+
+        self._reflectors = [
+            Reflector(self.api, kind, emit, self.options, self._clock, self._stop, self._rng)
+            for kind in (Kind.NODE, Kind.POD)
+        ]
+        versions = [self._first_list(r) for r in self._reflectors]
+        self._synced = True
+        for reflector, version in zip(self._reflectors, versions, strict=True):
+            thread = threading.Thread(
+                target=reflector.run, args=(version,), daemon=True, name=f"gpuslice-watch-{reflector.resource}"
+            )
+            thread.start()
+            self._threads.append(thread)
+        log.info("synced: %d nodes, %d pods", len(self._reflectors[0].known), len(self._reflectors[1].known))
+
+    def _first_list(self, reflector: Reflector) -> str:
+        deadline = self._clock.monotonic() + self.options.start_timeout_s
+        wait = self.options.backoff_initial_s
+        while True:
+            try:
+                return reflector.relist()
+            except KubeError as exc:
+                if self._stop.is_set() or self._clock.monotonic() + wait > deadline:
+                    raise KubeError(
+                        "", f"first list of {reflector.resource} failed for {self.options.start_timeout_s:g}s: {exc}"
+                    ) from exc
+                log.warning("first list of %s failed (%s); retrying in %.2fs", reflector.resource, exc, wait)
+                self._stop.wait(wait)
+                wait = min(wait * 2, self.options.backoff_max_s)
+
+    def ready(self) -> bool:
+        if not self._synced or self._stop.is_set():
+            return False
+        now = self._clock.monotonic()
+        return all(
+            r.broken_since is None or now - r.broken_since <= self.options.watch_grace_s for r in self._reflectors
+        )
+
+    def problems(self) -> list[str]:
+        """Why the watch is broken, per resource (empty when healthy)."""
+        return [f"{r.resource}: {r.last_error}" for r in self._reflectors if r.broken_since is not None]
+
+    def stop(self) -> None:
+        self._stop.set()
+        for reflector in self._reflectors:
+            reflector.close()
+        for thread in self._threads:
+            thread.join(timeout=self.options.request_timeout_s + 1)
+        self.api.close()
+
+    def bind(self, pod: PodRef, node: str, decide: Decide) -> BindResult:
+        return self._binder.bind(pod, node, decide)

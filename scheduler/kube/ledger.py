@@ -1,0 +1,132 @@
+"""The per-node ledger: the object whose compare-and-set serialises binds to one node across replicas.
+
+A ConfigMap ``gpuslice-node-<node>`` in gpuslice's namespace, ``data.ledger`` = JSON
+``{"<namespace>/<pod>": {"uid", "record", "phase", "time"}}``: every pod holding or acquiring
+a share on the node, as of the last bind. Writes carry the resourceVersion that was read,
+so of two replicas deciding against the same ledger only the first write lands; the
+other gets 409 Conflict, re-reads and decides again. The ledger only serialises: the
+allocation records on the pods stay the source of truth, and a bind unions both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .api import KubeApi
+from .errors import ApiProtocolError, NotFoundError
+
+log = logging.getLogger("gpuslice.kube.ledger")
+
+ALLOCATING = "allocating"
+BOUND = "bound"
+PHASES = (ALLOCATING, BOUND)
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuslice", "app.kubernetes.io/component": "node-ledger"}
+_MAX_NAME = 253
+
+
+def ledger_name(node: str) -> str:
+    """``gpuslice-node-<node>``; a name too long for an object is cut and made unique by a hash."""
+    name = f"gpuslice-node-{node}"
+    if len(name) <= _MAX_NAME:
+        return name
+    digest = hashlib.sha256(node.encode()).hexdigest()[:12]
+    return f"{name[: _MAX_NAME - 13].rstrip('-.')}-{digest}"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    uid: str
+    record: str
+    phase: str
+    time: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"uid": self.uid, "record": self.record, "phase": self.phase, "time": self.time}
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """One read of a node's ledger; ``resource_version`` is None when the ConfigMap does not exist yet."""
+
+    node: str
+    resource_version: str | None
+    entries: Mapping[str, Entry]
+
+
+def decode_entries(node: str, text: object) -> dict[str, Entry]:
+    """The entries of ``data.ledger``; malformed ones are logged and left out.
+
+    Leaving one out is safe: a pod that is bound carries its record itself, and a bind
+    decides against the union of both.
+    """
+    if text in (None, ""):
+        return {}
+    try:
+        body = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        log.warning("ledger of node %s is not a JSON object; starting it afresh", node, extra={"node": node})
+        return {}
+    entries = {}
+    for key, raw in body.items():
+        if (
+            isinstance(raw, dict)
+            and all(isinstance(raw.get(f), str) for f in ("uid", "record", "phase", "time"))
+            and raw["phase"] in PHASES
+        ):
+            entries[key] = Entry(raw["uid"], raw["record"], raw["phase"], raw["time"])
+        else:
+            log.warning("ledger of node %s: dropping malformed entry %r", node, key, extra={"node": node})
+    return entries
+
+
+def encode_entries(entries: Mapping[str, Entry]) -> str:
+    return json.dumps({k: entries[k].to_json() for k in sorted(entries)}, separators=(",", ":"))
+
+
+class LedgerStore:
+    """Reads and compare-and-sets node ledgers in one namespace."""
+
+    def __init__(self, api: KubeApi, namespace: str, prefix: str) -> None:
+        self._api = api
+        self.namespace = namespace
+        self._prefix = prefix
+
+    def read(self, node: str) -> Ledger:
+        try:
+            obj = self._api.get_configmap(self.namespace, ledger_name(node))
+        except NotFoundError:
+            return Ledger(node, None, {})
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if not isinstance(rv, str) or not rv:
+            # Without it the write could not be a compare-and-set.
+            raise ApiProtocolError("get configmaps", f"ledger {ledger_name(node)} has no metadata.resourceVersion")
+        data = obj.get("data") or {}
+        return Ledger(node, rv, decode_entries(node, data.get("ledger") if isinstance(data, dict) else None))
+
+    def write(self, ledger: Ledger, entries: Mapping[str, Entry]) -> Ledger:
+        """Replace the ledger if it is still as read (else :class:`ConflictError`); create it if it was absent."""
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": ledger_name(ledger.node),
+                "namespace": self.namespace,
+                "labels": dict(MANAGED_BY),
+                "annotations": {self._prefix + "node": ledger.node},
+            },
+            "data": {"ledger": encode_entries(entries)},
+        }
+        if ledger.resource_version is None:
+            obj = self._api.create_configmap(self.namespace, body)
+        else:
+            body["metadata"]["resourceVersion"] = ledger.resource_version
+            obj = self._api.replace_configmap(self.namespace, ledger_name(ledger.node), body)
+        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        return replace(ledger, resource_version=rv, entries=dict(entries))

@@ -1,0 +1,288 @@
+"""Bind through the real client against the fake API server: the ledger's compare-and-set, the record,
+the Binding, and what is undone (or deliberately kept) when a step fails."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from scheduler.backend import PodRef
+from scheduler.core import decode_record
+from scheduler.kube import KubeBackend, ledger_name
+from tests.fakes import FakeApiServer, FakeClock
+from tests.kube.conftest import decide_for, gpu_node, gpu_pod
+
+Make = Callable[..., KubeBackend]
+PREFIX = "gpuslice.io/"
+LEDGER_NS = "gpuslice"
+
+
+def ref(apiserver: FakeApiServer, name: str, namespace: str = "default") -> PodRef:
+    live = apiserver.pod(namespace, name)
+    assert live is not None
+    return PodRef(namespace, name, live["metadata"]["uid"])
+
+
+def ledger(apiserver: FakeApiServer, node: str = "n1") -> dict[str, Any]:
+    cm = apiserver.configmap(LEDGER_NS, ledger_name(node))
+    return {} if cm is None else json.loads(cm["data"]["ledger"])
+
+
+def annotations(apiserver: FakeApiServer, name: str) -> dict[str, str]:
+    live = apiserver.pod("default", name)
+    assert live is not None
+    return dict(live["metadata"].get("annotations") or {})
+
+
+def record_keys(apiserver: FakeApiServer, name: str) -> set[str]:
+    return {k for k in annotations(apiserver, name) if k.startswith(PREFIX) and k != PREFIX + "gpu-memory"}
+
+
+def setup_pods(apiserver: FakeApiServer, *names: str, gpus: int = 1) -> dict[str, Any]:
+    node = apiserver.put_node(gpu_node("n1", gpus=gpus))
+    for name in names:
+        apiserver.put_pod(gpu_pod(name))
+    return node
+
+
+def bind(
+    backend: KubeBackend,
+    apiserver: FakeApiServer,
+    node: dict[str, Any],
+    name: str,
+    seen: list[Sequence[tuple[str, str]]] | None = None,
+) -> Any:
+    live = apiserver.pod("default", name)
+    assert live is not None
+    return backend.bind(ref(apiserver, name), "n1", decide_for(node, live, seen))
+
+
+def test_bind_writes_ledger_record_and_binding(apiserver: FakeApiServer, make_backend: Make) -> None:
+    node = setup_pods(apiserver, "a")
+    result = bind(make_backend(), apiserver, node, "a")
+    assert result.error == "" and result.allocation is not None
+    live = apiserver.pod("default", "a")
+    assert live is not None and live["spec"]["nodeName"] == "n1"
+    notes = annotations(apiserver, "a")
+    assert notes[PREFIX + "bind-phase"] == "bound"  # copied from the Binding, in the same write as nodeName
+    assert notes[PREFIX + "visible-devices"] == "0"
+    assert notes[PREFIX + "mps-memory-limit"] == "0=20480M"  # 20Gi = 20 x 1024 MiB on GPU 0
+    assert decode_record(notes[PREFIX + "allocation"], "default/a") == result.allocation
+    assert json.loads(notes[PREFIX + "allocation"])["timestamp"] == "2024-05-01T12:00:00Z"  # the fake clock
+    entry = ledger(apiserver)["default/a"]
+    assert entry == {
+        "uid": "uid-a",
+        "record": notes[PREFIX + "allocation"],
+        "phase": "bound",
+        "time": "2024-05-01T12:00:00Z",
+    }
+    cm = apiserver.configmap(LEDGER_NS, "gpuslice-node-n1")
+    assert cm is not None and cm["metadata"]["annotations"] == {PREFIX + "node": "n1"}
+
+
+def test_a_repeated_bind_returns_the_same_allocation_without_allocating_again(
+    apiserver: FakeApiServer, make_backend: Make
+) -> None:
+    node = setup_pods(apiserver, "a")
+    backend = make_backend()
+    first = bind(backend, apiserver, node, "a")
+    seen: list[Sequence[tuple[str, str]]] = []
+    again = bind(backend, apiserver, node, "a", seen)
+    assert again.error == "" and again.allocation == first.allocation
+    assert seen == []  # decided nothing
+    assert apiserver.count("create", "pods/binding") == 1
+    assert list(ledger(apiserver)) == ["default/a"]
+
+
+def test_a_bind_to_another_node_of_a_bound_pod_fails(apiserver: FakeApiServer, make_backend: Make) -> None:
+    node = setup_pods(apiserver, "a")
+    backend = make_backend()
+    bind(backend, apiserver, node, "a")
+    result = backend.bind(ref(apiserver, "a"), "n2", decide_for(node, gpu_pod("a")))
+    assert result.allocation is None and "already bound to node n1" in result.error
+
+
+def test_a_conflict_on_the_ledger_is_retried_against_the_new_ledger(
+    apiserver: FakeApiServer, make_backend: Make
+) -> None:
+    node = setup_pods(apiserver, "a", "b")
+    backend = make_backend()
+    bind(backend, apiserver, node, "a")  # creates the ledger, then marks a bound (1 update)
+    conflict = apiserver.fault("update", "configmaps", status=409)
+    seen: list[Sequence[tuple[str, str]]] = []
+    result = bind(backend, apiserver, node, "b", seen)
+    assert result.error == "" and conflict.fired == 1
+    assert len(seen) == 2  # decided, lost the compare-and-set, re-read and decided again
+    assert [k for k, _ in seen[1]] == ["default/a"]
+    assert set(ledger(apiserver)) == {"default/a", "default/b"}
+
+
+def test_endless_conflicts_give_up_cleanly(apiserver: FakeApiServer, make_backend: Make) -> None:
+    node = setup_pods(apiserver, "a", "b")
+    backend = make_backend(conflict_retries=3)
+    bind(backend, apiserver, node, "a")
+    apiserver.fault("update", "configmaps", status=409, times=None)
+    result = bind(backend, apiserver, node, "b")
+    assert result.allocation is None and "changed under 3 attempts" in result.error
+    assert record_keys(apiserver, "b") == set()
+    assert set(ledger(apiserver)) == {"default/a"}
+
+
+def test_a_decision_against_the_pod_is_reported_and_writes_nothing(
+    apiserver: FakeApiServer, make_backend: Make
+) -> None:
+    node = setup_pods(apiserver)
+    apiserver.put_pod(gpu_pod("huge", gpu_memory="100Gi"))
+    result = bind(make_backend(), apiserver, node, "huge")
+    assert result.allocation is None
+    assert result.error.startswith("no share for default/huge on n1: needs 102400 MiB")
+    assert apiserver.configmap(LEDGER_NS, "gpuslice-node-n1") is None
+    assert apiserver.count("patch", "pods") == 0 and apiserver.count("create", "pods/binding") == 0
+
+
+@pytest.mark.parametrize("status", [403, 409, 422])
+def test_a_refused_binding_rolls_back_record_and_ledger_entry(
+    apiserver: FakeApiServer, make_backend: Make, status: int
+) -> None:
+    node = setup_pods(apiserver, "a")
+    apiserver.fault("create", "pods/binding", status=status, message="refused")
+    result = bind(make_backend(), apiserver, node, "a")
+    assert result.allocation is None
+    assert f"HTTP {status}" in result.error and "the allocation was rolled back" in result.error
+    assert record_keys(apiserver, "a") == set()
+    assert ledger(apiserver) == {}
+    live = apiserver.pod("default", "a")
+    assert live is not None and "nodeName" not in live["spec"]
+
+
+def test_a_failed_record_patch_removes_the_ledger_entry(apiserver: FakeApiServer, make_backend: Make) -> None:
+    node = setup_pods(apiserver, "a")
+    apiserver.fault("patch", "pods", status=500)
+    result = bind(make_backend(), apiserver, node, "a")
+    assert "writing the allocation record of default/a failed" in result.error
+    assert "rolled back" in result.error
+    assert ledger(apiserver) == {} and record_keys(apiserver, "a") == set()
+    assert apiserver.count("create", "pods/binding") == 0
+
+
+def test_a_binding_that_happened_despite_an_error_answer_counts_as_bound(
+    apiserver: FakeApiServer, make_backend: Make
+) -> None:
+    node = setup_pods(apiserver, "a")
+    apiserver.fault("create", "pods/binding", status=504, apply=True)  # done, but the answer is an error
+    result = bind(make_backend(), apiserver, node, "a")
+    assert result.error == "" and result.allocation is not None
+    assert ledger(apiserver)["default/a"]["phase"] == "bound"
+
+
+def test_an_unanswered_binding_keeps_the_share_reserved(
+    apiserver: FakeApiServer, make_backend: Make, clock: FakeClock
+) -> None:
+    # The Binding answers 503 and did not happen; it could have (a 5xx is ambiguous), so the share
+    # stays reserved: releasing a share in use is what double-books.
+    node = setup_pods(apiserver, "a", "b", "c", "d", "late")
+    backend = make_backend()
+    apiserver.fault("create", "pods/binding", status=503)
+    failed = bind(backend, apiserver, node, "a")
+    assert "the Binding may still land" in failed.error
+    assert ledger(apiserver)["default/a"]["phase"] == "allocating"
+    for name in ("b", "c", "d"):
+        assert bind(backend, apiserver, node, name).error == ""
+    # a's reservation fills the GPU (4 x 20 GiB of 80 GiB)
+    assert "needs 25% compute" in bind(backend, apiserver, node, "late").error
+    # kube-scheduler retries a: its own old reservation is replaced, not counted twice
+    retry = bind(backend, apiserver, node, "a")
+    assert retry.error == ""
+    assert set(ledger(apiserver)) == {"default/a", "default/b", "default/c", "default/d"}
+
+
+def test_a_reservation_unbound_for_too_long_is_dropped(
+    apiserver: FakeApiServer, make_backend: Make, clock: FakeClock
+) -> None:
+    node = setup_pods(apiserver, "a", "b", "c", "d", "late")
+    backend = make_backend()  # stale_allocation_s=60
+    apiserver.fault("create", "pods/binding", status=503)
+    bind(backend, apiserver, node, "a")
+    for name in ("b", "c", "d"):
+        bind(backend, apiserver, node, name)
+    assert bind(backend, apiserver, node, "late").error
+    clock.advance(61)
+    assert bind(backend, apiserver, node, "late").error == ""  # a's stale reservation was dropped
+    assert "default/a" not in ledger(apiserver)
+
+
+def test_a_binding_that_times_out_and_lands_later_is_not_released(apiserver: FakeApiServer, make_backend: Make) -> None:
+    node = setup_pods(apiserver, "a")
+    backend = make_backend()  # request_timeout_s=1
+    apiserver.fault("create", "pods/binding", status=None, delay_s=1.5)  # served after the client gave up
+    result = bind(backend, apiserver, node, "a")
+    assert "Read timed out" in result.error and "stays reserved" in result.error
+    assert ledger(apiserver)["default/a"]["phase"] == "allocating"
+    from tests.kube.conftest import wait_until
+
+    wait_until(lambda: (apiserver.pod("default", "a") or {})["spec"].get("nodeName") == "n1", "the late Binding")
+    again = bind(backend, apiserver, node, "a")  # the scheduler's retry finds it bound
+    assert again.error == "" and again.allocation is not None
+    assert decode_record(annotations(apiserver, "a")[PREFIX + "allocation"], "default/a") == again.allocation
+
+
+def test_a_pod_deleted_before_its_bind_is_not_bound(apiserver: FakeApiServer, make_backend: Make) -> None:
+    node = setup_pods(apiserver, "a")
+    pod_ref = ref(apiserver, "a")
+    apiserver.delete_pod("default", "a")
+    result = make_backend().bind(pod_ref, "n1", decide_for(node, gpu_pod("a")))
+    assert result.error == "pod default/a does not exist (deleted before its bind)"
+    assert apiserver.configmap(LEDGER_NS, "gpuslice-node-n1") is None
+
+
+def test_a_recreated_pod_is_not_bound_in_place_of_the_old_one(apiserver: FakeApiServer, make_backend: Make) -> None:
+    node = setup_pods(apiserver, "a")
+    old = ref(apiserver, "a")
+    apiserver.delete_pod("default", "a")
+    apiserver.put_pod(gpu_pod("a", uid="uid-a-2"))
+    result = make_backend().bind(old, "n1", decide_for(node, gpu_pod("a")))
+    assert "has uid uid-a-2, not uid-a" in result.error
+
+
+def test_entries_of_deleted_or_finished_pods_free_their_share(apiserver: FakeApiServer, make_backend: Make) -> None:
+    node = setup_pods(apiserver, "a", "b", "c", "d", "e", "f")
+    backend = make_backend()
+    for name in "abcd":
+        assert bind(backend, apiserver, node, name).error == ""
+    assert bind(backend, apiserver, node, "e").error  # full
+    apiserver.delete_pod("default", "a")
+    apiserver.set_pod_phase("default", "b", "Succeeded")
+    seen: list[Sequence[tuple[str, str]]] = []
+    assert bind(backend, apiserver, node, "e", seen).error == ""
+    assert [k for k, _ in seen[-1]] == ["default/c", "default/d"]
+    assert bind(backend, apiserver, node, "f").error == ""
+    assert set(ledger(apiserver)) == {"default/c", "default/d", "default/e", "default/f"}
+
+
+def test_a_lost_ledger_cannot_cause_double_booking(apiserver: FakeApiServer, make_backend: Make) -> None:
+    node = setup_pods(apiserver, "a", "b", "c", "d", "e")
+    backend = make_backend()
+    for name in "abcd":
+        bind(backend, apiserver, node, name)
+    apiserver.delete_configmap(LEDGER_NS, "gpuslice-node-n1")
+    seen: list[Sequence[tuple[str, str]]] = []
+    result = bind(backend, apiserver, node, "e", seen)
+    assert "needs 25% compute on one GPU, free 0%" in result.error
+    assert [k for k, _ in seen[0]] == ["default/a", "default/b", "default/c", "default/d"]  # from the pods
+
+
+def test_a_corrupt_ledger_is_started_afresh_from_the_pods(apiserver: FakeApiServer, make_backend: Make) -> None:
+    node = setup_pods(apiserver, "a", "b")
+    backend = make_backend()
+    bind(backend, apiserver, node, "a")
+    cm = apiserver.configmap(LEDGER_NS, "gpuslice-node-n1")
+    assert cm is not None
+    cm["data"]["ledger"] = "{not json"
+    apiserver.put_configmap(cm)
+    seen: list[Sequence[tuple[str, str]]] = []
+    assert bind(backend, apiserver, node, "b", seen).error == ""
+    assert [k for k, _ in seen[0]] == ["default/a"]
+    assert set(ledger(apiserver)) == {"default/b"}  # a's record lives on its pod
