@@ -194,6 +194,20 @@ class Scoreboard:
             table.seen = len(self._log)
         return table.scores
 
+    def scores(self, policy: Policy, demand: Demand) -> np.ndarray:
+        """Every node's raw score in :attr:`states` order, ``-inf`` where the pod does not fit.
+
+        The array is the board's own cache: read it, don't write it.
+        """
+        if not self._states:
+            return np.zeros(0)
+        return self._table(policy, demand)
+
+    def positions(self, names: Sequence[str]) -> np.ndarray:
+        """Each name's index in :attr:`states` (``-1`` if unknown); stable until a node is added or removed."""
+        index = self._index
+        return np.fromiter((index.get(n, -1) for n in names), dtype=np.int64, count=len(names))
+
     def best(self, policy: Policy, demand: Demand) -> Placement | None:
         """The winning placement over all nodes, or None if the pod fits nowhere."""
         if not self._states:
