@@ -1,6 +1,19 @@
 """Placement policies, each in its own module, registered by config name."""
 
-from . import bestfit, binpack, fgd, random, spread
+from . import bestfit, binpack, dotprod, fgd, gpuclustering, gpupacking, random, spread
 from .base import REGISTRY, Policy, make_policy, register
 
-__all__ = ["REGISTRY", "Policy", "bestfit", "binpack", "fgd", "make_policy", "random", "register", "spread"]
+__all__ = [
+    "REGISTRY",
+    "Policy",
+    "bestfit",
+    "binpack",
+    "dotprod",
+    "fgd",
+    "gpuclustering",
+    "gpupacking",
+    "make_policy",
+    "random",
+    "register",
+    "spread",
+]
