@@ -7,7 +7,7 @@ the pod's ``spec.nodeName``, or when this process is binding the pod (in flight:
 the moment bind decided until the watch shows the pod bound). Every pod counts at most
 once, so a bind applied here and later seen through the watch is not counted twice.
 
-States live in a :class:`Board` (the core's Scoreboard), so scoring many pods against
+States live in the core's Scoreboard, so scoring many pods against
 many nodes only re-scores nodes that changed. One lock guards everything here.
 """
 
@@ -21,15 +21,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from scheduler.backend import Change, Kind
 from scheduler.core.allocation import Allocation, decode_record, encode_record
 from scheduler.core.errors import InventoryError, RecordError
 from scheduler.core.fit import fit
 from scheduler.core.inventory import Node
 from scheduler.core.k8s import parse_node
-from scheduler.core.policies.base import Policy
 from scheduler.core.request import Demand
 from scheduler.core.select import Scoreboard
 from scheduler.core.state import NodeState, rebuild
@@ -39,24 +36,6 @@ from . import logs
 log = logs.get("cache")
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-
-
-class Board(Scoreboard):
-    """The core Scoreboard plus what the HTTP layer needs: every node's score as an array,
-    and a node's position in it (stable until a node is added or removed)."""
-
-    def scores(self, policy: Policy, demand: Demand) -> np.ndarray:
-        """Score of each node in :attr:`states` order, ``-inf`` where the pod does not fit."""
-        if not len(self):
-            return np.zeros(0)
-        return self._table(policy, demand)
-
-    def position(self, name: str) -> int:
-        return self._index.get(name, -1)
-
-    def positions(self, names: list[str]) -> np.ndarray:
-        index = self._index
-        return np.fromiter((index.get(n, -1) for n in names), dtype=np.int64, count=len(names))
 
 
 @dataclass(slots=True)
@@ -116,7 +95,7 @@ class ClusterCache:
         self.prefix = prefix
         self._adjust = adjust_node
         self.lock = threading.RLock()
-        self.board = Board()
+        self.board = Scoreboard()
         self.nodes: dict[str, NodeView] = {}
         self.pods: dict[str, PodView] = {}
         self._inflight: dict[str, tuple[str, str, str]] = {}  # pod key -> (uid, node, record)
@@ -337,7 +316,9 @@ def with_oversubscription(mps_pct: int, ts_pct: int, prefix: str) -> Callable[[N
             explicit = body if isinstance(body, dict) else {}
         return dataclasses.replace(
             node,
-            mps_compute_oversub_pct=node.mps_compute_oversub_pct if "mpsComputeOversubscriptionPct" in explicit else mps_pct,
+            mps_compute_oversub_pct=node.mps_compute_oversub_pct
+            if "mpsComputeOversubscriptionPct" in explicit
+            else mps_pct,
             ts_memory_oversub_pct=node.ts_memory_oversub_pct
             if "timeSlicingMemoryOversubscriptionPct" in explicit
             else ts_pct,

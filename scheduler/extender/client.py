@@ -29,6 +29,8 @@ class ExtenderClient:
         self._prefix = url_prefix.rstrip("/")
         self._timeout = timeout
         self._local = threading.local()  # one connection per thread
+        self._all: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
 
     def _connection(self) -> http.client.HTTPConnection:
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
@@ -42,6 +44,8 @@ class ExtenderClient:
             else:
                 conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
             self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
         return conn
 
     def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
@@ -106,10 +110,12 @@ class ExtenderClient:
         return str(result.get("Error") or "")
 
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
+        """Close every thread's connection."""
+        with self._lock:
+            conns, self._all = self._all, []
+        for conn in conns:
             conn.close()
-            self._local.conn = None
+        self._local = threading.local()
 
 
 def extender_args(

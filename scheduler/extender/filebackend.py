@@ -159,8 +159,6 @@ class FileBackend:
             uid = (obj.get("metadata") or {}).get("uid") or ""
             if pod.uid and uid and uid != pod.uid:
                 return BindResult(error=f"pod {pod.key} has uid {uid}, not {pod.uid}")
-            if not known:
-                return BindResult(error=f"node {node} not found")
             current = _node_of(obj)
             if current:
                 if current != node:
@@ -169,6 +167,8 @@ class FileBackend:
                 if isinstance(existing, Allocation) and existing.node == node:
                     return BindResult(allocation=existing)
                 return BindResult(error=f"pod {pod.key} is already on node {node} without a usable record")
+            if not known:
+                return BindResult(error=f"node {node} not found")
             records = [(k, text) for k, p in on_node if _live(p) and (text := self._record_text(p)) is not None]
             decision = decide(records)
             if isinstance(decision, str):

@@ -1,10 +1,9 @@
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-
-import warnings
 
 import pytest
 
@@ -13,10 +12,10 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
     from starlette.testclient import TestClient
 
+from scheduler.extender.app import create_app
 from scheduler.extender.config import load_config
 from scheduler.extender.filebackend import FileBackend
 from scheduler.extender.service import Extender
-from scheduler.extender.app import create_app
 
 from .kit import cluster_file
 

@@ -9,13 +9,19 @@ from typing import Any
 PREFIX = "gpuslice.io/"
 
 
-def k8s_node(name: str, gpus: int = 4, model: str = "H100-80GB", mode: str = "mps", cpu: str = "64",
-             memory: str = "512Gi", **device: Any) -> dict[str, Any]:
+def k8s_node(
+    name: str,
+    gpus: int = 4,
+    model: str = "H100-80GB",
+    mode: str = "mps",
+    cpu: str = "64",
+    memory: str = "512Gi",
+    **device: Any,
+) -> dict[str, Any]:
     """A Node whose GPUs come from the inventory annotation (``gpus=0``: no GPUs at all)."""
     meta: dict[str, Any] = {"name": name, "labels": {"kubernetes.io/hostname": name}}
     if gpus:
-        devices = [{"index": i, "uuid": f"{name}-gpu{i}", "model": model, "mode": mode, **device}
-                   for i in range(gpus)]
+        devices = [{"index": i, "uuid": f"{name}-gpu{i}", "model": model, "mode": mode, **device} for i in range(gpus)]
         meta["annotations"] = {PREFIX + "inventory": json.dumps({"devices": devices})}
     return {
         "apiVersion": "v1",
@@ -25,8 +31,16 @@ def k8s_node(name: str, gpus: int = 4, model: str = "H100-80GB", mode: str = "mp
     }
 
 
-def k8s_pod(name: str, namespace: str = "default", cpu: str = "1", memory: str = "1Gi", node: str | None = None,
-            phase: str = "Pending", version: str = "1", **annotations: str) -> dict[str, Any]:
+def k8s_pod(
+    name: str,
+    namespace: str = "default",
+    cpu: str = "1",
+    memory: str = "1Gi",
+    node: str | None = None,
+    phase: str = "Pending",
+    version: str = "1",
+    **annotations: str,
+) -> dict[str, Any]:
     """A Pod; keyword annotations are short keys under the prefix (``gpu_fraction="0.5"``)."""
     spec: dict[str, Any] = {
         "schedulerName": "gpuslice",
@@ -54,8 +68,9 @@ def cluster_file(path: Path, *items: dict[str, Any]) -> Path:
     return path
 
 
-def filter_args(pod: dict[str, Any], names: list[str] | None = None,
-                nodes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def filter_args(
+    pod: dict[str, Any], names: list[str] | None = None, nodes: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     if nodes is not None:
         return {"Pod": pod, "Nodes": {"metadata": {}, "items": nodes}, "NodeNames": None}
     return {"Pod": pod, "Nodes": None, "NodeNames": names}

@@ -88,13 +88,18 @@ class TestFilter:
         pod = k8s_pod("p", gpu_fraction="0.5")
         for payload in ({"Pod": pod, "Nodes": None, "NodeNames": None}, filter_args(pod, [])):
             got = svc.post("filter", payload)
-            assert got == {"Nodes": None, "NodeNames": [], "FailedNodes": None,
-                           "FailedAndUnresolvableNodes": None, "Error": ""}
+            assert got == {
+                "Nodes": None,
+                "NodeNames": [],
+                "FailedNodes": None,
+                "FailedAndUnresolvableNodes": None,
+                "Error": "",
+            }
         got = svc.post("filter", filter_args(pod, nodes=[]))
         assert got["Nodes"] == {"metadata": {}, "items": []} and got["NodeNames"] is None
 
     def test_not_json(self, svc: Any) -> None:
-        response = svc.http.post("/filter", content=b"{\"Pod\": ", headers={"Content-Type": "application/json"})
+        response = svc.http.post("/filter", content=b'{"Pod": ', headers={"Content-Type": "application/json"})
         assert response.status_code == 200
         assert "not JSON" in response.json()["Error"]
 
@@ -146,8 +151,12 @@ class TestPrioritize:
         assert [set(hp) for hp in got] == [{"Host", "Score"}] * 4
         # binpack: mps-a 500 / 4000 = 12.5% -> 12 -> 1; mps-b 500 / 2000 = 25% -> 2.5 -> 3 (half up);
         # cpu has no GPU and ghost is unknown -> 0
-        assert got == [{"Host": "mps-a", "Score": 1}, {"Host": "mps-b", "Score": 3},
-                       {"Host": "cpu", "Score": 0}, {"Host": "ghost", "Score": 0}]
+        assert got == [
+            {"Host": "mps-a", "Score": 1},
+            {"Host": "mps-b", "Score": 3},
+            {"Host": "cpu", "Score": 0},
+            {"Host": "ghost", "Score": 0},
+        ]
         assert all(type(hp["Score"]) is int for hp in got)
 
     def test_full_nodes_mode(self, svc: Any) -> None:
@@ -225,22 +234,27 @@ class TestBind:
 class TestPreempt:
     def test_keeps_nodes_where_the_victims_free_enough(self, svc: Any) -> None:
         pod = k8s_pod("p", gpu_memory="20Gi")
-        got = svc.post("preempt", {
-            "Pod": pod,
-            "NodeNameToVictims": None,
-            "NodeNameToMetaVictims": {
-                "small": {"Pods": [{"UID": "uid-default-big"}], "NumPDBViolations": 0},  # frees 70000 MiB
-                "t4": {"Pods": [], "NumPDBViolations": 0},  # T4 has 15360 MiB: never
+        got = svc.post(
+            "preempt",
+            {
+                "Pod": pod,
+                "NodeNameToVictims": None,
+                "NodeNameToMetaVictims": {
+                    "small": {"Pods": [{"UID": "uid-default-big"}], "NumPDBViolations": 0},  # frees 70000 MiB
+                    "t4": {"Pods": [], "NumPDBViolations": 0},  # T4 has 15360 MiB: never
+                },
             },
-        })
-        assert got == {"NodeNameToMetaVictims": {"small": {"Pods": [{"UID": "uid-default-big"}],
-                                                           "NumPDBViolations": 0}}}
+        )
+        assert got == {
+            "NodeNameToMetaVictims": {"small": {"Pods": [{"UID": "uid-default-big"}], "NumPDBViolations": 0}}
+        }
 
     def test_full_victims_and_nothing_to_gain(self, svc: Any) -> None:
         pod = k8s_pod("p", gpu_memory="20Gi")
         victim = k8s_pod("other")
-        got = svc.post("preempt", {"Pod": pod, "NodeNameToVictims": {"small": {"Pods": [victim],
-                                                                                "NumPDBViolations": 1}}})
+        got = svc.post(
+            "preempt", {"Pod": pod, "NodeNameToVictims": {"small": {"Pods": [victim], "NumPDBViolations": 1}}}
+        )
         assert got == {"NodeNameToMetaVictims": None}
 
     def test_malformed(self, svc: Any) -> None:

@@ -1,0 +1,131 @@
+"""The cluster cache: which records count, binds in flight counted once, unusable nodes."""
+
+from __future__ import annotations
+
+import json
+
+from scheduler.backend import Change, Kind
+from scheduler.core.allocation import Allocation, DeviceShare, encode_record
+from scheduler.core.inventory import SharingMode
+from scheduler.extender.cache import ClusterCache
+
+from .kit import PREFIX, k8s_node, k8s_pod
+
+
+def share(node: str, index: int = 0, memory: int = 8192, compute: int = 100) -> Allocation:
+    return Allocation(node, (DeviceShare(f"{node}-gpu{index}", index, SharingMode.MPS, memory, compute),), 0, 0)
+
+
+def with_record(pod: dict, alloc: Allocation, node: str | None = None) -> dict:
+    pod["metadata"]["annotations"][PREFIX + "allocation"] = encode_record(alloc, "2025-01-01T00:00:00Z")
+    if node:
+        pod["spec"]["nodeName"] = node
+    return pod
+
+
+def cache_with(*nodes: str) -> ClusterCache:
+    cache = ClusterCache(PREFIX)
+    for name in nodes:
+        cache.on_change(Change(Kind.NODE, name, k8s_node(name, gpus=2)))
+    return cache
+
+
+def used(cache: ClusterCache, node: str) -> list[int]:
+    state = cache.state(node)
+    assert state is not None
+    return [u.memory_mib for u in state.usage]
+
+
+def pod_change(pod: dict | None, key: str = "default/p") -> Change:
+    return Change(Kind.POD, key, pod)
+
+
+def test_only_records_on_the_pods_node_count() -> None:
+    cache = cache_with("a", "b")
+    cache.on_change(pod_change(with_record(k8s_pod("p"), share("a"))))  # record, not bound: not counted
+    assert used(cache, "a") == [0, 0]
+    cache.on_change(pod_change(with_record(k8s_pod("p"), share("a"), node="b")))  # record for a, bound to b
+    assert used(cache, "a") == [0, 0] and used(cache, "b") == [0, 0]
+    cache.on_change(pod_change(with_record(k8s_pod("p"), share("a"), node="a")))
+    assert used(cache, "a") == [8192, 0]
+
+
+def test_ending_or_deleting_a_pod_frees_its_share() -> None:
+    cache = cache_with("a")
+    bound = with_record(k8s_pod("p"), share("a"), node="a")
+    cache.on_change(pod_change(bound))
+    assert used(cache, "a") == [8192, 0]
+    cache.on_change(pod_change(with_record(k8s_pod("p", phase="Succeeded"), share("a"), node="a")))
+    assert used(cache, "a") == [0, 0]
+    cache.on_change(pod_change(bound))
+    cache.on_change(pod_change(None))
+    assert used(cache, "a") == [0, 0] and "default/p" not in cache.pods
+
+
+def test_a_bind_in_flight_counts_once_through_the_watch() -> None:
+    cache = cache_with("a")
+    cache.on_change(pod_change(k8s_pod("p")))
+    cache.reserve("default/p", "uid-default-p", share("a"))
+    assert used(cache, "a") == [8192, 0]
+    # the backend's patch arrives (record, not yet bound), then the binding: still one share
+    cache.on_change(pod_change(with_record(k8s_pod("p", version="2"), share("a"))))
+    assert used(cache, "a") == [8192, 0]
+    cache.on_change(pod_change(with_record(k8s_pod("p", version="3"), share("a"), node="a")))
+    assert used(cache, "a") == [8192, 0] and cache.inflight() == {}
+    cache.reserve("default/p", "uid-default-p", share("a"))  # a late duplicate changes nothing
+    assert used(cache, "a") == [8192, 0] and cache.inflight() == {}
+
+
+def test_a_failed_bind_is_forgotten() -> None:
+    cache = cache_with("a")
+    cache.on_change(pod_change(k8s_pod("p")))
+    cache.reserve("default/p", "uid-default-p", share("a", index=1))
+    assert used(cache, "a") == [0, 8192]
+    cache.unreserve("default/p")
+    assert used(cache, "a") == [0, 0]
+
+
+def test_records_before_their_node_and_node_changes() -> None:
+    cache = ClusterCache(PREFIX)
+    cache.on_change(pod_change(with_record(k8s_pod("p"), share("a"), node="a")))
+    assert cache.state("a") is None
+    cache.on_change(Change(Kind.NODE, "a", k8s_node("a", gpus=2)))
+    assert used(cache, "a") == [8192, 0]
+    cache.on_change(Change(Kind.NODE, "a", k8s_node("a", gpus=3)))  # a GPU more: rebuilt with the record
+    assert used(cache, "a") == [8192, 0, 0]
+    broken = k8s_node("a")
+    broken["metadata"]["annotations"][PREFIX + "inventory"] = "[{"
+    cache.on_change(Change(Kind.NODE, "a", broken))
+    assert cache.state("a") is None and "inventory annotation is not JSON" in cache.unusable()["a"]
+    cache.on_change(Change(Kind.NODE, "a", k8s_node("a", gpus=2)))
+    assert used(cache, "a") == [8192, 0] and cache.unusable() == {}
+    cache.on_change(Change(Kind.NODE, "a", None))
+    assert cache.state("a") is None and "a" not in cache.board
+
+
+def test_conflicting_records_are_reported_with_the_pod() -> None:
+    cache = cache_with("a")
+    # two pods each claiming 60000 MiB of GPU 0 (81920 MiB): the second in name order is rejected
+    cache.on_change(pod_change(with_record(k8s_pod("p1"), share("a", memory=60000), node="a"), "default/p1"))
+    cache.on_change(pod_change(with_record(k8s_pod("p2"), share("a", memory=60000), node="a"), "default/p2"))
+    assert used(cache, "a") == [60000, 0]
+    errors = cache.record_errors()["a"]
+    assert list(errors) == ["default/p2"] and "conflicts on node a" in errors["default/p2"]
+    cache.on_change(pod_change(None, "default/p1"))  # p1 gone: p2's record now fits
+    assert used(cache, "a") == [60000, 0] and cache.record_errors() == {}
+    garbage = k8s_pod("p3", node="a")
+    garbage["metadata"]["annotations"][PREFIX + "allocation"] = "{oops"
+    cache.on_change(pod_change(garbage, "default/p3"))
+    assert "not JSON" in cache.record_errors()["a"]["default/p3"]
+
+
+def test_incremental_states_equal_a_rebuild() -> None:
+    cache = cache_with("a")
+    for i in range(6):
+        pod = with_record(k8s_pod(f"p{i}"), share("a", index=i % 2, memory=1000 + i), node="a")
+        cache.on_change(pod_change(pod, f"default/p{i}"))
+    cache.on_change(pod_change(None, "default/p3"))
+    fresh = cache_with("a")
+    for key, pod in cache.pods.items():
+        fresh.on_change(pod_change(json.loads(json.dumps(pod.obj)), key))
+    assert fresh.state("a") == cache.state("a")
