@@ -208,10 +208,23 @@ class Scoreboard:
         index = self._index
         return np.fromiter((index.get(n, -1) for n in names), dtype=np.int64, count=len(names))
 
+    def feasible(self, demand: Demand) -> np.ndarray:
+        """Indices (in :attr:`states` order) of the nodes ``demand`` fits on, refreshed incrementally."""
+        if not self._states:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(self._table(_FEASIBLE, demand) > -np.inf)
+
     def best(self, policy: Policy, demand: Demand) -> Placement | None:
         """The winning placement over all nodes, or None if the pod fits nowhere."""
         if not self._states:
             return None
+        if policy.uniform_choice:
+            candidates = self.feasible(demand)
+            if candidates.size == 0:
+                return None
+            drawn = evaluate(policy, demand, self._states[int(candidates[policy.draw(int(candidates.size))])])
+            assert not isinstance(drawn, str)
+            return drawn
         scores = self._table(policy, demand)
         feasible = np.flatnonzero(scores > -np.inf)
         if feasible.size == 0:
@@ -245,6 +258,18 @@ class Scoreboard:
         ranking = rank(policy, demand, states, self._order or None)
         ranking.failures.update(unknown)
         return ranking
+
+
+class _Feasibility(Policy):
+    """Scores every node that fits 0: the Scoreboard's feasibility table."""
+
+    name = "_feasibility"
+
+    def place(self, demand: Demand, state: NodeState, allocations: Sequence[Allocation]) -> tuple[float, Allocation]:
+        return 0.0, allocations[0]
+
+
+_FEASIBLE = _Feasibility()
 
 
 def _score(result: Placement | str) -> float:

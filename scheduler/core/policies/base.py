@@ -25,6 +25,9 @@ class Policy:
     cacheable: ClassVar[bool] = True
     # Raise when learned parameters change, so cached results are not reused.
     version: int = 0
+    # The node is a uniform draw among the feasible ones, whatever their state (random):
+    # a Scoreboard then caches only feasibility and lets draw() pick the winner.
+    uniform_choice: ClassVar[bool] = False
 
     def place(self, demand: Demand, state: NodeState, allocations: Sequence[Allocation]) -> tuple[float, Allocation]:
         alloc = tightest(state, allocations)
@@ -39,6 +42,10 @@ class Policy:
 
     def observe(self, demand: Demand) -> None:
         """Called once per pod that arrives, before it is scored (online policies learn here)."""
+
+    def draw(self, candidates: int) -> int:
+        """For ``uniform_choice`` policies: the winner's index among ``candidates`` feasible nodes."""
+        raise NotImplementedError
 
 
 def tightest(state: NodeState, allocations: Sequence[Allocation]) -> Allocation:

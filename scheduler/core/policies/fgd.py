@@ -1,11 +1,13 @@
 """fgd: Fragmentation Gradient Descent (Weng et al., USENIX ATC 2023).
 
 Place the pod where the node's fragmentation against the typical workload grows
-least (see :mod:`scheduler.core.fragmentation` for F_n(M)). Inside the node every
-candidate GPU (or MIG slot) is tried and the one with the smallest F after wins
-(lowest index on ties). Node score = floor(100 * sigmoid((F_before - F_after) / 1000)),
-F in milli-GPU, so a placement that leaves no new fragment scores 50 and one that
-fills a fragment scores above.
+least (see :mod:`scheduler.core.fragmentation` for F_n(M)). Score of a placement =
+floor(100 * sigmoid((F_before - F_after) / 1000)), F in milli-GPU, so a placement that
+leaves no new fragment scores 50 and one that fills a fragment scores above. Inside the
+node every candidate GPU (or MIG slot) is scored and the first (lowest index) with the
+highest *integer* score wins, as in the authors' simulator: two GPUs whose F after
+differs by less than a score point are equal, and the lower index is taken. The node's
+score is that placement's score.
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ from .base import Policy, register
 
 
 def sigmoid_score(delta: float) -> float:
-    """floor(100 * sigmoid(delta / 1000)); delta = F_before - F_after in milli-GPU."""
+    """floor(100 * sigmoid(delta / 1000)); delta = F_before - F_after in milli-GPU.
+
+    Evaluated as the authors' Go does (``sigmoid(x) * 100``, then truncated), so scores
+    on a boundary round the same way.
+    """
     x = max(-50.0, min(50.0, delta / 1000))
-    return float(math.floor(100 / (1 + math.exp(-x))))
+    return float(math.floor((1.0 / (1.0 + math.exp(-x))) * 100.0))
 
 
 @register
@@ -44,7 +50,7 @@ class Fgd(Policy):
             return hit[0], allocations[hit[1]]
         profiles = frag.profiles(state)
         before = frag.node_frag(state)
-        best_after = math.inf
+        best_score = -math.inf
         best = 0
         tried: set[object] = set()
         for i, alloc in enumerate(allocations):
@@ -63,10 +69,10 @@ class Fgd(Policy):
             if same in tried:
                 continue
             tried.add(same)
-            after = frag.frag_after(state, alloc, profiles)
-            if after < best_after:
-                best_after, best = after, i
-        score = sigmoid_score(before - best_after)
+            candidate = sigmoid_score(before - frag.frag_after(state, alloc, profiles))
+            if candidate > best_score:
+                best_score, best = candidate, i
+        score = float(best_score)
         state.memo[key] = (score, best)
         return score, allocations[best]
 

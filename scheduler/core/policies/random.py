@@ -1,7 +1,10 @@
 """random: one feasible node drawn uniformly (the FGD paper's baseline).
 
 Each feasible node gets a fresh uniform score in [0, 100); the highest wins, which is
-a uniform draw among them. Seeded, so a run repeats exactly; never cached.
+a uniform draw among them. Seeded, so a run repeats exactly; never cached. Inside the
+node, a uniform draw among the GPUs that fit. A Scoreboard skips the per-node scores
+(``uniform_choice``) and draws the winner among the feasible nodes directly: the same
+distribution for one random draw per pod instead of one per node.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from .base import Policy, register
 class Random(Policy):
     name = "random"
     cacheable = False
+    uniform_choice = True
 
     def __init__(self, seed: int = 0) -> None:
         self._rng = _random.Random(seed)
@@ -29,3 +33,6 @@ class Random(Policy):
 
     def score(self, demand: Demand, state: NodeState, alloc: Allocation) -> float:
         return 100.0 * self._rng.random()
+
+    def draw(self, candidates: int) -> int:
+        return self._rng.randrange(candidates)
