@@ -1,0 +1,98 @@
+"""The RBAC rules grant exactly what gpuslice's code calls, plus what the bundled kube-scheduler needs.
+
+gpuslice's calls come from ``scheduler.kube.API_CALLS`` (each call site in scheduler/kube checks
+itself against it), so a new API call without its rule, or a rule no call needs, fails here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.deploy.manifests import documents, find
+
+Triple = tuple[str, str, str]
+
+
+def expand(rules: list[dict[str, Any]]) -> list[Triple]:
+    """Every (verb, apiGroup, resource) a list of rules grants; wildcards are not allowed."""
+    out = []
+    for rule in rules:
+        for part in ("verbs", "apiGroups", "resources"):
+            assert "*" not in rule[part], f"wildcard in {part}: {rule}"
+        out.extend((v, g, r) for v in rule["verbs"] for g in rule["apiGroups"] for r in rule["resources"])
+    return out
+
+
+def account() -> dict[str, str]:
+    sa = find("ServiceAccount", "gpuslice")
+    return {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}
+
+
+def bound_roles() -> dict[tuple[str, str, str], dict[str, Any]]:
+    """(binding kind, binding namespace, role name) -> roleRef, for every binding of gpuslice's account."""
+    out = {}
+    for doc in documents():
+        if doc.kind in ("ClusterRoleBinding", "RoleBinding"):
+            assert doc.obj["subjects"] == [account()], doc.where
+            namespace = doc.obj["metadata"].get("namespace", "")
+            out[(doc.kind, namespace, doc.obj["roleRef"]["name"])] = doc.obj["roleRef"]
+    return out
+
+
+def test_gpuslice_roles_grant_exactly_its_api_calls() -> None:
+    from scheduler.kube import API_CALLS
+
+    namespace = account()["namespace"]
+    cluster = expand(find("ClusterRole", "gpuslice")["rules"])
+    local = expand(find("Role", "gpuslice", namespace=namespace)["rules"])
+    granted = cluster + local
+    assert len(granted) == len(set(granted)), "a permission is granted twice"
+    assert set(granted) == set(API_CALLS)
+    # the ledger ConfigMaps are written only in gpuslice's namespace
+    assert {r for _, _, r in local} == {"configmaps"}
+    assert all(rule.get("resourceNames") is None for rule in find("ClusterRole", "gpuslice")["rules"])
+    roles = bound_roles()
+    assert roles[("ClusterRoleBinding", "", "gpuslice")]["kind"] == "ClusterRole"
+    assert roles[("RoleBinding", namespace, "gpuslice")]["kind"] == "Role"
+
+
+def test_the_kube_scheduler_gets_its_builtin_roles() -> None:
+    roles = bound_roles()
+    for builtin in ("system:kube-scheduler", "system:volume-scheduler"):
+        assert roles[("ClusterRoleBinding", "", builtin)]["kind"] == "ClusterRole"
+    ref = roles[("RoleBinding", "kube-system", "extension-apiserver-authentication-reader")]
+    assert ref["kind"] == "Role"
+
+
+def test_the_leader_election_lease_and_nothing_more() -> None:
+    import yaml
+
+    config = yaml.safe_load(find("ConfigMap", "gpuslice-config")["data"]["scheduler-config.yaml"])
+    election = config["leaderElection"]
+    role = find("Role", "gpuslice-scheduler-leader-election", namespace=election["resourceNamespace"])
+    by_name = {tuple(r.get("resourceNames") or ()): sorted(expand([r])) for r in role["rules"]}
+    assert by_name == {
+        (): [("create", "coordination.k8s.io", "leases")],
+        (election["resourceName"],): [
+            ("get", "coordination.k8s.io", "leases"),
+            ("update", "coordination.k8s.io", "leases"),
+        ],
+    }
+    assert ("RoleBinding", election["resourceNamespace"], role["metadata"]["name"]) in bound_roles()
+
+
+def test_no_other_roles() -> None:
+    defined = {(d.kind, d.name) for d in documents() if d.kind in ("ClusterRole", "Role")}
+    assert defined == {
+        ("ClusterRole", "gpuslice"),
+        ("Role", "gpuslice"),
+        ("Role", "gpuslice-scheduler-leader-election"),
+    }
+    assert set(bound_roles()) == {
+        ("ClusterRoleBinding", "", "gpuslice"),
+        ("RoleBinding", "gpuslice", "gpuslice"),
+        ("ClusterRoleBinding", "", "system:kube-scheduler"),
+        ("ClusterRoleBinding", "", "system:volume-scheduler"),
+        ("RoleBinding", "gpuslice", "gpuslice-scheduler-leader-election"),
+        ("RoleBinding", "kube-system", "extension-apiserver-authentication-reader"),
+    }
