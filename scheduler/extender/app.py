@@ -8,12 +8,16 @@ types have no error field), each with an ``X-Gpuslice-Error`` header; nothing ch
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
+
+from scheduler.webhook import WebhookConfig
+from scheduler.webhook.routes import router as webhook_router
 
 from . import logs, wire
 from .service import Extender
@@ -47,6 +51,8 @@ def create_app(extender: Extender) -> FastAPI:
     metrics = extender.metrics
     app = FastAPI(title="gpuslice", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.extender = extender
+    app.state.webhook_config = WebhookConfig.from_env(os.environ, prefix=config.prefix)
+    app.include_router(webhook_router)  # POST /mutate, /validate: the admission webhook (scheduler/webhook)
 
     def verb(
         name: str, handle: Callable[[bytes], Awaitable[bytes]], on_error: Callable[[str], bytes]

@@ -95,14 +95,15 @@ class WebhookConfig:
             )
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> WebhookConfig:
-        """Defaults, plus the service account named by ``GPUSLICE_NAMESPACE`` and
-        ``GPUSLICE_SERVICE_ACCOUNT`` (the Deployment sets both through the downward API),
-        the prefix in ``GPUSLICE_ANNOTATION_PREFIX``, and the registered policy names."""
+    def from_env(cls, environ: Mapping[str, str], prefix: str | None = None) -> WebhookConfig:
+        """The webhook's settings in ``gpuslice serve``: ``prefix`` (the service's; else
+        ``GPUSLICE_PREFIX``, else the default), the registered policy names, and as trusted user
+        the service account named by ``GPUSLICE_NAMESPACE`` and ``GPUSLICE_SERVICE_ACCOUNT``
+        (the Deployment sets both through the downward API)."""
         namespace, account = environ.get("GPUSLICE_NAMESPACE", ""), environ.get("GPUSLICE_SERVICE_ACCOUNT", "")
         users = frozenset({f"system:serviceaccount:{namespace}:{account}"}) if namespace and account else frozenset()
         return cls(
-            prefix=environ.get("GPUSLICE_ANNOTATION_PREFIX", DEFAULT_PREFIX),
+            prefix=prefix or environ.get("GPUSLICE_PREFIX") or DEFAULT_PREFIX,
             policies=frozenset(REGISTRY),
             trusted_users=users,
         )

@@ -312,6 +312,8 @@ def test_trusted_service_account_comes_from_the_environment() -> None:
     assert config.trusted_users == {GPUSLICE_SA}
     assert config.policies is not None and "binpack" in config.policies
     assert WebhookConfig.from_env({}).trusted_users == frozenset()
+    assert WebhookConfig.from_env({"GPUSLICE_PREFIX": "gpus.example.com/"}).prefix == "gpus.example.com/"
+    assert WebhookConfig.from_env({"GPUSLICE_PREFIX": "gpus.example.com/"}, prefix="x.io/").prefix == "x.io/"
 
 
 # ---------------------------------------------------------------- bad requests
