@@ -96,3 +96,10 @@ def test_no_other_roles() -> None:
         ("RoleBinding", "gpuslice", "gpuslice-scheduler-leader-election"),
         ("RoleBinding", "kube-system", "extension-apiserver-authentication-reader"),
     }
+
+
+def test_the_ledgers_live_where_the_role_lets_gpuslice_write_them() -> None:
+    from scheduler.kube.options import KubeOptions
+
+    role = find("Role", "gpuslice", namespace=KubeOptions().namespace)
+    assert {r for _, _, r in expand(role["rules"])} == {"configmaps"}
