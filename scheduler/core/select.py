@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .allocation import Allocation
-from .fit import Fit, fit
+from .fit import Fit, fit, gpu_options
 from .memo import intern as _intern
 from .policies.base import Policy
-from .request import Demand
+from .request import Demand, GpuKind, GpuRequest
 from .state import NodeState
 
 
@@ -107,6 +107,10 @@ class Scoreboard:
     Scoring a pod against N nodes costs N memo look-ups the first time; afterwards only
     the nodes that changed since the last pod of the same demand are scored again, and
     the winner is found by a vectorised argmax (ties: lowest ``order``, then position).
+    Nodes the pod cannot fit are skipped without calling ``fit``: feasibility is exactly
+    ``fit``'s own test (pod room, CPU, memory, and enough GPUs that can host one share),
+    kept as arrays of free CPU, memory and pod room plus, per GPU request, the count of
+    GPUs that can host it (refreshed like the score tables).
     Not thread-safe: callers serialise access (the extender holds a lock).
     """
 
@@ -119,6 +123,10 @@ class Scoreboard:
         self._rank = np.zeros(0)
         self._log: list[int] = []
         self._tables: OrderedDict[int, _Table] = OrderedDict()
+        self._hosts: OrderedDict[int, _Table] = OrderedDict()
+        self._cpu_free = np.zeros(0, dtype=np.int64)
+        self._memory_free = np.zeros(0, dtype=np.int64)
+        self._room = np.zeros(0, dtype=np.int64)
         for state in states:
             self._index[state.node.name] = len(self._states)
             self._states.append(state)
@@ -130,7 +138,11 @@ class Scoreboard:
             [self._order.get(s.node.name, n + i) for i, s in enumerate(self._states)], dtype=np.float64
         )
         self._tables.clear()
+        self._hosts.clear()
         self._log.clear()
+        self._cpu_free = np.array([s.cpu_free for s in self._states], dtype=np.int64)
+        self._memory_free = np.array([s.memory_free for s in self._states], dtype=np.int64)
+        self._room = np.array([s.node.max_pods - len(s.pods) for s in self._states], dtype=np.int64)
 
     # ------------------------------------------------------------ state
 
@@ -159,9 +171,13 @@ class Scoreboard:
         if self._states[i] is state:
             return
         self._states[i] = state
+        self._cpu_free[i] = state.cpu_free
+        self._memory_free[i] = state.memory_free
+        self._room[i] = state.node.max_pods - len(state.pods)
         self._log.append(i)
         if len(self._log) > 8 * len(self._states) + 1024:
             self._tables.clear()
+            self._hosts.clear()
             self._log.clear()
 
     def remove(self, name: str) -> None:
@@ -174,15 +190,46 @@ class Scoreboard:
 
     # ------------------------------------------------------------ scoring
 
+    def _host_counts(self, gpu: GpuRequest) -> np.ndarray:
+        """Per node, how many GPUs can host one share of ``gpu`` (``fit``'s candidates)."""
+        key = _intern(("hosts", gpu))
+        table = self._hosts.get(key)
+        if table is None:
+            counts = np.array([len(gpu_options(gpu, s)[0]) for s in self._states], dtype=np.float64)
+            table = self._hosts[key] = _Table(counts, len(self._log))
+            if len(self._hosts) > self._MAX_TABLES:
+                self._hosts.popitem(last=False)
+            return counts
+        self._hosts.move_to_end(key)
+        if table.seen < len(self._log):
+            for i in set(self._log[table.seen :]):
+                table.scores[i] = len(gpu_options(gpu, self._states[i])[0])
+            table.seen = len(self._log)
+        return table.scores
+
+    def _fits(self, demand: Demand) -> np.ndarray:
+        """Per node, whether ``fit(demand, state)`` finds an allocation (the same test, vectorised)."""
+        mask = (self._room > 0) & (self._cpu_free >= demand.cpu_milli) & (self._memory_free >= demand.memory_mib)
+        gpu = demand.gpu
+        if gpu.kind is not GpuKind.NONE:
+            mask &= self._host_counts(gpu) >= max(1, gpu.count)
+        return mask
+
     def _table(self, policy: Policy, demand: Demand) -> np.ndarray:
         """Scores of every node (``-inf`` where the pod does not fit), refreshed incrementally."""
         states = self._states
+        fits = self._fits(demand)
         if not policy.cacheable:
-            return np.array([_score(evaluate(policy, demand, s)) for s in states], dtype=np.float64)
+            scores = np.full(len(states), -np.inf)
+            for j in np.flatnonzero(fits).tolist():
+                scores[j] = _score(evaluate(policy, demand, states[j]))
+            return scores
         key = _intern((policy, policy.version, demand))
         table = self._tables.get(key)
         if table is None:
-            scores = np.array([_score(evaluate(policy, demand, s, key)) for s in states], dtype=np.float64)
+            scores = np.full(len(states), -np.inf)
+            for j in np.flatnonzero(fits).tolist():
+                scores[j] = _score(evaluate(policy, demand, states[j], key))
             table = self._tables[key] = _Table(scores, len(self._log))
             if len(self._tables) > self._MAX_TABLES:
                 self._tables.popitem(last=False)
@@ -190,7 +237,7 @@ class Scoreboard:
         self._tables.move_to_end(key)
         if table.seen < len(self._log):
             for i in set(self._log[table.seen :]):
-                table.scores[i] = _score(evaluate(policy, demand, states[i], key))
+                table.scores[i] = _score(evaluate(policy, demand, states[i], key)) if fits[i] else -np.inf
             table.seen = len(self._log)
         return table.scores
 
@@ -209,10 +256,10 @@ class Scoreboard:
         return np.fromiter((index.get(n, -1) for n in names), dtype=np.int64, count=len(names))
 
     def feasible(self, demand: Demand) -> np.ndarray:
-        """Indices (in :attr:`states` order) of the nodes ``demand`` fits on, refreshed incrementally."""
+        """Indices (in :attr:`states` order) of the nodes ``demand`` fits on."""
         if not self._states:
             return np.zeros(0, dtype=np.int64)
-        return np.flatnonzero(self._table(_FEASIBLE, demand) > -np.inf)
+        return np.flatnonzero(self._fits(demand))
 
     def best(self, policy: Policy, demand: Demand) -> Placement | None:
         """The winning placement over all nodes, or None if the pod fits nowhere."""
@@ -258,18 +305,6 @@ class Scoreboard:
         ranking = rank(policy, demand, states, self._order or None)
         ranking.failures.update(unknown)
         return ranking
-
-
-class _Feasibility(Policy):
-    """Scores every node that fits 0: the Scoreboard's feasibility table."""
-
-    name = "_feasibility"
-
-    def place(self, demand: Demand, state: NodeState, allocations: Sequence[Allocation]) -> tuple[float, Allocation]:
-        return 0.0, allocations[0]
-
-
-_FEASIBLE = _Feasibility()
 
 
 def _score(result: Placement | str) -> float:

@@ -206,3 +206,69 @@ def test_scoreboard_feasible_follows_node_changes() -> None:
     assert a is not None
     board.put(a.apply("x", fit(demand, a).allocations[0]))
     assert board.feasible(demand).tolist() == [2, 4]
+
+
+# ---------------------------------------------------------------- Scoreboard fast paths equal the plain ones
+
+
+def test_scoreboard_feasibility_and_scores_equal_plain_fit_and_evaluate() -> None:
+    """Random clusters and pods, applied and released at random: the Scoreboard's vectorised
+    feasibility equals ``bool(fit(...))`` node by node, and its score tables (which skip the
+    nodes found infeasible) equal ``evaluate`` on every node, for every policy."""
+    from scheduler.core import REGISTRY
+
+    rng = random.Random(11)
+    models = ("V100-16GB", "T4", "A100-80GB")
+    states = [
+        make_state(
+            name=f"n{i}",
+            gpus=rng.choice((1, 2, 4, 8)),
+            mode=rng.choice(("mps", "time-slicing", "exclusive", "mig")),
+            model=rng.choice(models),
+            cpu_milli=rng.choice((8000, 32_000, 96_000)),
+            memory_mib=rng.choice((16_000, 256_000)),
+            max_pods=rng.choice((3, 110)),
+            device_options={"replicas": 4} if rng.random() < 0.5 else None,
+        )
+        for i in range(12)
+    ]
+    demands = [
+        Demand(
+            rng.choice((0, 1000, 16_000, 40_000)),
+            rng.choice((0, 1024, 64_000)),
+            rng.choice(
+                (
+                    GpuRequest(),
+                    GpuRequest(GpuKind.SHARE, 1, fraction_milli=rng.choice((100, 250, 500, 810))),
+                    GpuRequest(GpuKind.WHOLE, rng.choice((1, 2, 4))),
+                    GpuRequest(GpuKind.SHARE, 1, memory_mib=8000),
+                    GpuRequest(GpuKind.SHARE, 1, fraction_milli=500, models=("T4",)),
+                )
+            ),
+        )
+        for _ in range(25)
+    ]
+    policies = [make_policy(n) for n in sorted(REGISTRY) if n != "random"]
+    board = Scoreboard(states, {s.node.name: i for i, s in enumerate(states)})
+    placed: list[tuple[str, str]] = []
+    for step in range(150):
+        demand = rng.choice(demands)
+        plain = [i for i, s in enumerate(board.states) if fit(demand, s)]
+        assert board.feasible(demand).tolist() == plain
+        policy = rng.choice(policies)
+        expected = [
+            -float("inf") if isinstance(r := evaluate(policy, demand, s), str) else r.score for s in board.states
+        ]
+        assert board.scores(policy, demand).tolist() == expected
+        if plain and rng.random() < 0.7:
+            choice = board.best(policy, demand)
+            assert choice is not None
+            state = board.get(choice.node)
+            assert state is not None
+            board.put(state.apply(f"p{step}", choice.allocation))
+            placed.append((f"p{step}", choice.node))
+        elif placed:
+            pod, node = placed.pop(rng.randrange(len(placed)))
+            state = board.get(node)
+            assert state is not None
+            board.put(state.release(pod))
