@@ -72,6 +72,7 @@ class WatchStream:
     def __init__(self, call: str, response: Any) -> None:
         self._call = call
         self._response = response
+        self._closed = False
 
     def __iter__(self) -> Iterator[Json]:
         buffer = b""
@@ -82,8 +83,12 @@ class WatchStream:
                 for line in lines:
                     if line.strip():
                         yield self._event(line)
-        except _CLIENT_ERRORS as exc:
-            raise _wrap(self._call, exc) from exc
+        except Exception as exc:
+            if self._closed:
+                return  # closed from another thread: the read fails in whatever way http.client fails
+            if isinstance(exc, _CLIENT_ERRORS):
+                raise _wrap(self._call, exc) from exc
+            raise
         finally:
             self._response.close()
             self._response.release_conn()
@@ -104,6 +109,7 @@ class WatchStream:
         return event
 
     def close(self) -> None:
+        self._closed = True
         with contextlib.suppress(AttributeError, OSError):
             self._response.shutdown()  # unblocks a read in progress in another thread
         self._response.close()

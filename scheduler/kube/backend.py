@@ -94,6 +94,11 @@ class KubeBackend:
             return cls.in_cluster(**options)
         return cls.from_kubeconfig(kubeconfig, context, **options)
 
+    @classmethod
+    def from_config(cls, kubeconfig: str | None = None, context: str | None = None, **options: Any) -> KubeBackend:
+        """What ``gpuslice serve`` calls (``prefix=..., kubeconfig=...``): :meth:`from_environment`."""
+        return cls.from_environment(kubeconfig, context, **options)
+
     # ------------------------------------------------------------ the Backend protocol
 
     def start(self, on_change: Callable[[Change], None]) -> None:
@@ -140,7 +145,7 @@ class KubeBackend:
         if not self._synced or self._stop.is_set():
             return False
         now = self._clock.monotonic()
-        return all(
+        return all(t.is_alive() for t in self._threads) and all(
             r.broken_since is None or now - r.broken_since <= self.options.watch_grace_s for r in self._reflectors
         )
 

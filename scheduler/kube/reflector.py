@@ -171,7 +171,7 @@ class Reflector:
                 gone_in_a_row += 1
                 if gone_in_a_row > 1:  # a fresh list was too old at once: do not hammer the server
                     self._stop.wait(self._rng.uniform(0.5, 1.0) * backoff)
-            except KubeError as exc:
+            except Exception as exc:  # a KubeError, or a bug: either way relist, and let ready() tell
                 if self._stop.is_set():
                     break
                 if self.broken_since is None:
@@ -179,7 +179,13 @@ class Reflector:
                 self.last_error = str(exc)
                 must_list = True
                 wait = self._rng.uniform(0.5, 1.0) * backoff
-                log.warning("watch of %s broken (%s); relisting in %.2fs", self.resource, exc, wait)
+                log.warning(
+                    "watch of %s broken (%s); relisting in %.2fs",
+                    self.resource,
+                    exc,
+                    wait,
+                    exc_info=not isinstance(exc, KubeError),
+                )
                 backoff = min(backoff * 2, self._options.backoff_max_s)
                 self._stop.wait(wait)
             finally:

@@ -17,7 +17,9 @@ second Binding, ``410`` for a compacted resourceVersion, and faults injected on 
         api.stall_watches()      # watch streams go silent (no events, no end) until unstalled
         api.expire_watches()     # compact history: open watches get an ERROR 410 event, old RVs 410
         api.pod("default", "p")  # a copy of the stored object, or None
+        api.fault("get", "pods", status=200, body="not json")     # a garbled answer
         api.served               # {(verb, resource)} pairs served, e.g. ("create", "pods/binding")
+        api.requests             # [(verb, resource, name)] in order; api.count(verb, resource)
 
 Verbs are the RBAC verbs (list, watch, get, create, update, patch, delete); resources are
 ``nodes``, ``pods``, ``pods/binding`` and ``configmaps``. Changes made through the Python
@@ -129,7 +131,8 @@ class Fault:
 
     The first ``skip`` matching requests pass; the next ``times`` (None: all) wait ``delay_s``
     and then answer ``status`` (None: served normally after the delay). With ``apply`` the
-    request takes effect before the error is answered (a write whose answer was lost).
+    request takes effect before the error is answered (a write whose answer was lost). With
+    ``body`` the answer is that raw text, with ``status``, instead of a Status object.
     """
 
     verb: str | None = None
@@ -141,6 +144,7 @@ class Fault:
     delay_s: float = 0.0
     apply: bool = False
     message: str = "injected fault"
+    body: str | None = None
     seen: int = 0
     fired: int = 0
 
@@ -185,6 +189,7 @@ class FakeApiServer:
         self._closing = threading.Event()
         self._connections: set[socket.socket] = set()
         self.requests: list[tuple[str, str, str]] = []
+        self.authorizations: set[str] = set()  # the Authorization headers seen ("" for none)
         self._server = ThreadingHTTPServer((host, port), _Handler)
         self._server.daemon_threads = True
         self._server.fake = self  # type: ignore[attr-defined]
@@ -600,7 +605,9 @@ class _Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------ plumbing
 
     def _reply(self, code: int, body: Json) -> None:
-        data = json.dumps(body).encode()
+        self._reply_raw(code, json.dumps(body).encode())
+
+    def _reply_raw(self, code: int, data: bytes) -> None:
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -640,6 +647,8 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         parts = [p for p in url.path.split("/") if p]
+        with self.fake._lock:
+            self.fake.authorizations.add(self.headers.get("Authorization") or "")
         try:
             body = self._body() if method in ("POST", "PUT", "PATCH") else None
             if parts[:2] != ["api", "v1"]:
@@ -647,6 +656,9 @@ class _Handler(BaseHTTPRequestHandler):
             verb, resource, namespace, name = self._route(method, parts[2:], query)
             fault = self.fake._take_fault(verb, resource, name)
             if fault is not None and fault.delay_s and self.fake._closing.wait(fault.delay_s):
+                return
+            if fault is not None and fault.body is not None:
+                self._reply_raw(fault.status or 200, fault.body.encode())
                 return
             if fault is not None and fault.status is not None:
                 if fault.apply:
