@@ -213,6 +213,14 @@ def _malformed(body: object, problem: str) -> Reply:
     return _reply(uid, _Decision(allowed=False, code=_MALFORMED, message=problem), status=_MALFORMED)
 
 
+def internal_error(body: object, exc: BaseException) -> Reply:
+    """The reply when the webhook itself fails: the pod is denied (fail closed), saying why."""
+    message = f"internal error in the gpuslice webhook: {type(exc).__name__}: {exc}"
+    reply = _malformed(body, message)
+    reply.response["status"]["code"] = 500
+    return Reply(200, reply.body)
+
+
 def malformed(problem: str) -> Reply:
     """The reply to a body that could not even be read as JSON."""
     return _malformed(None, problem)

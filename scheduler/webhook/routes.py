@@ -10,15 +10,18 @@ a malformed body gets the webhook's own 400 reply rather than a 422 or a 500.
 from __future__ import annotations
 
 import json
+import logging
 import os
+from collections.abc import Callable
 from functools import cache
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from .review import Reply, WebhookConfig, malformed, mutate, validate
+from .review import Reply, WebhookConfig, internal_error, malformed, mutate, validate
 
 router = APIRouter(tags=["admission webhook"])
+log = logging.getLogger("gpuslice.webhook")
 
 # The API server never sends more than a few MiB; anything larger is not a review.
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -49,19 +52,24 @@ def _send(reply: Reply) -> JSONResponse:
     return JSONResponse(reply.body, status_code=reply.status)
 
 
-@router.post("/mutate")
-async def mutate_pod(request: Request) -> JSONResponse:
-    """Mutating admission for pods: scheduler name, device environment, no forged records."""
+async def _answer(request: Request, decide: Callable[[object, WebhookConfig], Reply]) -> JSONResponse:
     body = await _read(request)
     if isinstance(body, Reply):
         return _send(body)
-    return _send(mutate(body, config_of(request)))
+    try:
+        return _send(decide(body, config_of(request)))
+    except Exception as exc:  # a bug must not become an opaque 500: deny, saying why
+        log.exception("admission review failed")
+        return _send(internal_error(body, exc))
+
+
+@router.post("/mutate")
+async def mutate_pod(request: Request) -> JSONResponse:
+    """Mutating admission for pods: scheduler name, device environment, no forged records."""
+    return await _answer(request, mutate)
 
 
 @router.post("/validate")
 async def validate_pod(request: Request) -> JSONResponse:
     """Validating admission for pods: request annotations, and output annotations kept to gpuslice."""
-    body = await _read(request)
-    if isinstance(body, Reply):
-        return _send(body)
-    return _send(validate(body, config_of(request)))
+    return await _answer(request, validate)

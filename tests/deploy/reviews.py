@@ -93,7 +93,7 @@ def review(
             "resource": {"group": "", "version": "v1", "resource": "pods"},
             "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
             "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": (obj or {}).get("metadata", {}).get("name", ""),
+            "name": _name_of(obj),
             "namespace": "team-a",
             "operation": operation,
             "userInfo": {"username": username, "uid": "0d3c1e0a", "groups": list(groups)},
@@ -103,6 +103,12 @@ def review(
             "options": {"kind": options, "apiVersion": "meta.k8s.io/v1"} if options else None,
         },
     }
+
+
+def _name_of(obj: Any) -> str:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 def patch_of(reply: Reply) -> list[dict[str, Any]]:

@@ -500,3 +500,105 @@ def test_mutation_invariants(
 )
 def test_json_pointer_escaping(parts: tuple[str | int, ...], expected: str) -> None:
     assert pointer(*parts) == expected
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=12,
+)
+pod_keys = st.sampled_from(
+    [
+        "metadata",
+        "spec",
+        "annotations",
+        "containers",
+        "initContainers",
+        "resources",
+        "limits",
+        "requests",
+        "env",
+        "name",
+        "schedulerName",
+        "nvidia.com/gpu",
+        "nvidia.com/mig-3g.40gb",
+        P + "gpu-fraction",
+        P + "allocation",
+        P + "sharing",
+    ]
+)
+pod_like = st.recursive(
+    st.none() | st.integers(-2, 3) | st.sampled_from(["0.5", "1", "mps", "", "3g.40gb", "2Gi"]),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(pod_keys, inner, max_size=4),
+    max_leaves=16,
+)
+pod_objects = st.builds(
+    lambda top, spec: {**top, "spec": spec} if spec is not None else top,
+    st.dictionaries(pod_keys, pod_like, max_size=3),
+    st.none() | st.dictionaries(pod_keys, pod_like, max_size=3),
+)
+
+
+odd = (
+    st.none()
+    | st.integers(-1, 3)
+    | st.text(max_size=4)
+    | st.lists(st.integers(), max_size=2)
+    | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
+)
+annotation_values = odd | st.sampled_from(["0.5", "2", "20Gi", "30", "3g.40gb", "mps", "any", "binpack", "x|y"])
+annotation_keys = st.sampled_from(
+    [
+        P + k
+        for k in (
+            "gpu-fraction",
+            "gpu-memory",
+            "gpu-compute",
+            "gpu-count",
+            "mig-profile",
+            "sharing",
+            "gpu-model",
+            "policy",
+            "bogus",
+        )
+    ]
+    + [P + k for k in POD_OUTPUT_KEYS]
+    + ["team"]
+)
+odd_env = odd | st.lists(odd | st.fixed_dictionaries({"name": st.sampled_from(ENV_NAMES) | odd}), max_size=3)
+odd_limits = odd | st.dictionaries(
+    st.sampled_from(["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "cpu", "memory"]),
+    odd | st.sampled_from(["1", "2", "500m", "1Gi"]),
+    max_size=3,
+)
+odd_container = st.builds(
+    lambda env, limits: {"name": "c", "image": "i", "env": env, "resources": {"limits": limits}}, odd_env, odd_limits
+)
+structured_pods = st.builds(
+    lambda annotations, containers, scheduler: pod(annotations, containers=containers, scheduler_name=scheduler),
+    st.dictionaries(annotation_keys, annotation_values, max_size=4),
+    st.lists(odd_container, min_size=1, max_size=2),
+    st.none() | st.sampled_from(["default-scheduler", "gpuslice", "other"]) | st.integers(),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.one_of(
+        json_values,
+        pod_objects.map(review),
+        pod_objects.map(lambda o: review(o, "UPDATE", old=o)),
+        structured_pods.map(review),
+    )
+)
+def test_any_body_gets_a_reply_never_an_exception(body: object) -> None:
+    for decide in (mutate, validate):
+        reply = decide(body, CONFIG)
+        assert reply.status in (200, 400)
+        assert reply.body["apiVersion"] == "admission.k8s.io/v1" and reply.body["kind"] == "AdmissionReview"
+        response = reply.response
+        assert isinstance(response["uid"], str) and isinstance(response["allowed"], bool)
+        if not response["allowed"]:
+            assert response["status"]["message"]
+        if "patch" in response and isinstance(body, dict):
+            patched(body["request"]["object"], reply)  # a patch always applies to the object it came with

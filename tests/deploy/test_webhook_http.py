@@ -78,3 +78,20 @@ def test_the_app_config_is_used(client: Client) -> None:
     response = client.post("/mutate", json=review(pod({"gpus.example.com/gpu-fraction": "0.5"})))
     ops = json.loads(base64.b64decode(response.json()["response"]["patch"]))
     assert any("gpus.example.com/visible-devices" in json.dumps(op) for op in ops)
+
+
+def test_a_bug_denies_the_pod_with_a_message_not_a_500(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    import scheduler.webhook.routes as routes
+
+    def broken(body: object, config: WebhookConfig) -> Any:
+        raise KeyError("spec")
+
+    monkeypatch.setattr(routes, "mutate", broken)
+    response = client.post("/mutate", json=review(pod({"gpuslice.io/gpu-fraction": "0.5"})))
+    assert response.status_code == 200
+    body = response.json()["response"]
+    assert body["uid"] == "705ab4f5-6393-11e8-b7cc-42010a800002" and body["allowed"] is False
+    assert (
+        body["status"]["code"] == 500
+        and "internal error in the gpuslice webhook: KeyError" in (body["status"]["message"])
+    )
