@@ -34,9 +34,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp \
     TMPDIR=/tmp \
-    MPLCONFIGDIR=/tmp/matplotlib \
-    GPUSLICE_HOST=0.0.0.0 \
-    GPUSLICE_PORT=8686
+    MPLCONFIGDIR=/tmp/matplotlib
 USER 65532:65532
 EXPOSE 8686 8443
 # For `docker run`; Kubernetes uses the probes in manifests/deployment.yaml instead.
@@ -44,4 +42,7 @@ EXPOSE 8686 8443
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
     CMD python -c "import os, ssl, urllib.request; tls = bool(os.environ.get('GPUSLICE_TLS_CERT')); url = ('https' if tls else 'http') + '://127.0.0.1:' + os.environ.get('GPUSLICE_PORT', '8686') + '/healthz'; urllib.request.urlopen(url, timeout=4, context=ssl._create_unverified_context() if tls else None)"
 ENTRYPOINT ["gpuslice"]
-CMD ["serve"]
+# No GPUSLICE_* settings in ENV: the environment overrides `serve --config`, so a default here
+# would silently beat the ConfigMap. The listen address is a flag of this default command;
+# Kubernetes replaces the command (manifests/deployment.yaml: serve --config ...).
+CMD ["serve", "--host", "0.0.0.0"]

@@ -8,6 +8,7 @@ carries no build tools and runs unprivileged.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -77,11 +78,20 @@ def test_the_final_stage_has_only_the_venv_and_an_unprivileged_user() -> None:
     assert "TMPDIR=/tmp" in env and "HOME=/tmp" in env  # with a read-only root, only /tmp is writable
 
 
+def test_the_image_sets_no_setting_that_would_override_the_config_file() -> None:
+    from scheduler.extender.config import ENV_FIELDS, ENV_PREFIX
+
+    _, final = stages()
+    env = " ".join(final.args("ENV"))
+    names = set(re.findall(r"\b([A-Z_][A-Z0-9_]*)=", env))
+    assert names and not names & {ENV_PREFIX + suffix for suffix in ENV_FIELDS}
+
+
 def test_entrypoint_command_and_healthcheck() -> None:
     _, final = stages()
     assert final.args("ENTRYPOINT") == ['["gpuslice"]']
     (cmd,) = final.args("CMD")
-    assert cmd.startswith('["serve"')
+    assert json.loads(cmd) == ["serve", "--host", "0.0.0.0"]
     (check,) = final.args("HEALTHCHECK")
     command = check.split(" CMD ", 1)[1]
     assert "curl" not in command and "wget" not in command
