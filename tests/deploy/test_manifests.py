@@ -429,6 +429,11 @@ def test_the_gpuslice_config_is_valid_for_serve(tmp_path: Path) -> None:
         config[field] = str(tmp_path / field)
     served = ServeConfig.model_validate(config)
     assert served.scheme == "https"
+    # The environment overrides the file: the container sets none of the service's settings there.
+    from scheduler.extender.config import ENV_FIELDS, ENV_PREFIX
+
+    env = {e["name"] for e in container(find("Deployment", "gpuslice"), "gpuslice")["env"]}
+    assert not env & {ENV_PREFIX + suffix for suffix in ENV_FIELDS}
 
 
 def test_the_serve_flags_used_exist() -> None:
