@@ -274,7 +274,25 @@ class Binder:
                 entry.time,
                 extra={"pod": key, "node": node},
             )
+            self._strip_record(live, entry)
         return not stale
+
+    def _strip_record(self, live: Mapping[str, Any], entry: Entry) -> None:
+        """Remove the record a stale reservation left on its (unbound) pod, unless the pod changed since."""
+        notes = self._annotations(live)
+        prefix = self._options.prefix
+        if notes.get(prefix + "allocation") != entry.record or notes.get(prefix + "bind-phase") != ALLOCATING:
+            return  # none, or a newer attempt's
+        try:
+            written = record_annotations(decode_record(entry.record, _key(live)), prefix, ALLOCATING, "")
+        except GpusliceError:
+            return
+        meta = _meta(live)
+        patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": dict.fromkeys(written)}}
+        try:
+            self._api.patch_pod(str(meta.get("namespace") or "default"), str(meta.get("name")), patch)
+        except KubeError as exc:  # changed meanwhile (409) or gone: nothing of ours to clean
+            log.info("left the stale record of %s alone: %s", _key(live), exc, extra={"pod": _key(live)})
 
     # ------------------------------------------------------------ after the Binding call
 

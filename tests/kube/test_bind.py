@@ -210,8 +210,12 @@ def test_a_reservation_unbound_for_too_long_is_dropped(
         bind(backend, apiserver, node, name)
     assert bind(backend, apiserver, node, "late").error
     clock.advance(61)
+    assert record_keys(apiserver, "a") == {
+        PREFIX + k for k in ("allocation", "bind-phase", "visible-devices", "mps-memory-limit", "mps-thread-percentage")
+    }
     assert bind(backend, apiserver, node, "late").error == ""  # a's stale reservation was dropped
     assert "default/a" not in ledger(apiserver)
+    assert record_keys(apiserver, "a") == set()  # and the record it left on the pod removed
 
 
 def test_a_binding_that_times_out_and_lands_later_is_not_released(apiserver: FakeApiServer, make_backend: Make) -> None:
@@ -286,3 +290,24 @@ def test_a_corrupt_ledger_is_started_afresh_from_the_pods(apiserver: FakeApiServ
     assert bind(backend, apiserver, node, "b", seen).error == ""
     assert [k for k, _ in seen[0]] == ["default/a"]
     assert set(ledger(apiserver)) == {"default/b"}  # a's record lives on its pod
+
+
+def test_dropping_a_stale_reservation_leaves_a_newer_attempts_record_alone(
+    apiserver: FakeApiServer, make_backend: Make, clock: FakeClock
+) -> None:
+    node = setup_pods(apiserver, "a", "late")
+    apiserver.put_node(gpu_node("n2"))
+    backend = make_backend()
+    apiserver.fault("create", "pods/binding", status=503, times=2)
+    bind(backend, apiserver, node, "a")  # reserved on n1, Binding unanswered
+    clock.advance(30)
+    live = apiserver.pod("default", "a")
+    assert live is not None
+    assert "may still land" in backend.bind(ref(apiserver, "a"), "n2", decide_for(gpu_node("n2"), live)).error
+    on_n2 = annotations(apiserver, "a")[PREFIX + "allocation"]
+    assert json.loads(on_n2)["node"] == "n2"
+    clock.advance(31)  # n1's entry is 61 s old, n2's 31 s
+    assert bind(backend, apiserver, node, "late").error == ""
+    assert "default/a" not in ledger(apiserver, "n1")
+    assert annotations(apiserver, "a")[PREFIX + "allocation"] == on_n2
+    assert ledger(apiserver, "n2")["default/a"]["record"] == on_n2
