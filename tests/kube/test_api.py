@@ -68,6 +68,12 @@ def test_every_declared_call_is_made_and_no_other(apiserver: FakeApiServer, make
     assert apiserver.served == {(verb, resource) for verb, _, resource in API_CALLS}
 
 
+def test_a_call_missing_from_api_calls_cannot_be_made() -> None:
+    api = KubeApi.from_url("http://127.0.0.1:1")
+    with pytest.raises(AssertionError, match="API call delete pods is missing from API_CALLS"):
+        api._raw("delete", "pods", lambda **_: None)
+
+
 @pytest.mark.parametrize(
     ("status", "error"),
     [(404, NotFoundError), (409, ConflictError), (410, GoneError), (403, ApiStatusError), (500, ApiStatusError)],
@@ -149,6 +155,10 @@ def test_configuration_errors_name_what_is_wrong(tmp_path: Path, monkeypatch: py
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(KubeConfigError, match="no in-cluster service account configuration"):
         KubeBackend.in_cluster()
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")  # inside a pod, but without its token
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    with pytest.raises(KubeConfigError, match="no in-cluster service account configuration"):
+        KubeBackend.from_environment()
     with pytest.raises(ConfigError, match=r"^kube.namespce: unknown option; accepted: .*namespace"):
         KubeBackend.from_url("http://127.0.0.1:1", namespce="x")
     with pytest.raises(ConfigError, match=r"^kube.conflict_retries: must be a positive number, got 0"):
