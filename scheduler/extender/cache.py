@@ -55,7 +55,14 @@ class NodeView:
     problem: str = ""  # the InventoryError that makes the node unusable
     records: dict[str, str] = field(default_factory=dict)  # pod key -> record text, counted here
     errors: dict[str, RecordError] = field(default_factory=dict)
-    empty_fit: dict[Demand, str] = field(default_factory=dict)  # "" when it fits an empty node
+    empty_fit: dict[int, str] = field(default_factory=dict)  # interned demand -> "" if it fits the empty node
+
+
+def _same(key: str, a: str, b: str) -> bool:
+    try:
+        return decode_record(a, key) == decode_record(b, key)
+    except RecordError:
+        return False
 
 
 def record_node(text: str) -> str | None:
@@ -102,6 +109,7 @@ class ClusterCache:
         self._counted: dict[str, tuple[str, str]] = {}  # pod key -> (node, record) counted
         self._uids: dict[str, str] = {}  # uid -> pod key
         self.generation = 0  # bumped on every change of any node state
+        self.layout = 0  # bumped when a node joins or leaves the board (positions change)
 
     @contextmanager
     def locked(self) -> Iterator[ClusterCache]:
@@ -122,7 +130,7 @@ class ClusterCache:
         if obj is None:
             if view is not None:
                 view.node, view.problem = None, ""
-                self.board.remove(name)
+                self._remove(name)
                 if not view.records:
                     del self.nodes[name]
                 self.generation += 1
@@ -137,7 +145,7 @@ class ClusterCache:
             if view.problem != str(exc):
                 log.warning("node unusable", extra={"node": name, "reason": str(exc)})
             view.node, view.problem = None, str(exc)
-            self.board.remove(name)
+            self._remove(name)
             self.generation += 1
             return
         if view.node == node:
@@ -206,6 +214,14 @@ class ClusterCache:
         have = self._counted.get(key)
         if have == want:
             return
+        if have is not None and want is not None and have[0] == want[0] and _same(key, have[1], want[1]):
+            # the watch shows the allocation this process applied (its record now has a timestamp):
+            # keep the node state, so nothing is scored again
+            view = self.nodes.get(want[0])
+            if view is not None and key in view.records:
+                self._counted[key] = want
+                view.records[key] = want[1]
+                return
         if have is not None:
             del self._counted[key]
             self._set_record(have[0], key, None)
@@ -254,8 +270,15 @@ class ClusterCache:
         self._put(state)
 
     def _put(self, state: NodeState) -> None:
+        if state.node.name not in self.board:
+            self.layout += 1
         self.board.put(state)
         self.generation += 1
+
+    def _remove(self, name: str) -> None:
+        if name in self.board:
+            self.layout += 1
+            self.board.remove(name)
 
     # ------------------------------------------------------------ queries (callers hold the lock)
 
@@ -265,15 +288,18 @@ class ClusterCache:
     def key_of_uid(self, uid: str) -> str | None:
         return self._uids.get(uid)
 
-    def unresolvable(self, name: str, demand: Demand) -> str:
-        """Why ``demand`` could never fit on ``name`` even if it were empty ("" if it could)."""
+    def unresolvable(self, name: str, demand: Demand, key: int) -> str:
+        """Why ``demand`` could never fit on ``name`` even if it were empty ("" if it could).
+
+        ``key`` stands for the demand (``memo.intern(demand)``): hashing an int per node is
+        cheaper than hashing the request again."""
         view = self.nodes.get(name)
         if view is None or view.node is None:
             return view.problem if view is not None and view.problem else ""
-        reason = view.empty_fit.get(demand)
+        reason = view.empty_fit.get(key)
         if reason is None:
             found = fit(demand, NodeState.empty(view.node))
-            reason = view.empty_fit[demand] = "" if found else found.reason
+            reason = view.empty_fit[key] = "" if found else found.reason
             if len(view.empty_fit) > 256:
                 view.empty_fit.clear()
         return reason

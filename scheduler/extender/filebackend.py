@@ -121,6 +121,9 @@ class FileBackend:
         self.prefix = prefix
         self._clock = clock
         self._nodes, self._pods = parse_list(self.path, read_list(self.path))
+        self._on_node: dict[str, set[str]] = {}  # node -> keys of the pods bound to it
+        for key, pod in self._pods.items():
+            self._on_node.setdefault(_node_of(pod), set()).add(key)
         self._lock = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
         self._on_change: Callable[[Change], None] | None = None
@@ -153,7 +156,7 @@ class FileBackend:
             with self._lock:
                 obj = self._pods.get(pod.key)
                 known = node in self._nodes
-                on_node = [(k, p) for k, p in self._pods.items() if _node_of(p) == node and k != pod.key]
+                on_node = [(k, self._pods[k]) for k in self._on_node.get(node, ()) if k != pod.key]
             if obj is None:
                 return BindResult(error=f"pod {pod.key} not found")
             uid = (obj.get("metadata") or {}).get("uid") or ""
@@ -225,6 +228,12 @@ class FileBackend:
     def _emit(self, kind: Kind, key: str, obj: dict[str, Any] | None) -> None:
         with self._lock:
             store = self._nodes if kind is Kind.NODE else self._pods
+            if kind is Kind.POD:
+                old = self._pods.get(key)
+                if old is not None:
+                    self._on_node.get(_node_of(old), set()).discard(key)
+                if obj is not None:
+                    self._on_node.setdefault(_node_of(obj), set()).add(key)
             if obj is None:
                 store.pop(key, None)
             else:

@@ -17,6 +17,7 @@ import numpy as np
 from scheduler.backend import Backend, PodRef
 from scheduler.core.allocation import Allocation
 from scheduler.core.errors import RequestError
+from scheduler.core.memo import intern
 from scheduler.core.policies import REGISTRY, Policy, make_policy
 from scheduler.core.request import GpuKind, PodRequest, parse_pod
 from scheduler.core.select import evaluate, fit_cached
@@ -47,6 +48,7 @@ class Extender:
         self._parsed: OrderedDict[tuple[str, str], PodRequest | RequestError] = OrderedDict()
         self._recent: OrderedDict[str, PodRequest] = OrderedDict()  # uid -> request seen in filter
         self.metrics = Metrics(self._device_rows)
+        self._last_names: dict[str, tuple[int, list[str], np.ndarray]] = {}
 
     def start(self) -> None:
         self.backend.start(self.cache.on_change)
@@ -93,10 +95,26 @@ class Extender:
 
     # ------------------------------------------------------------ filter / prioritize
 
-    def _scores(self, policy: Policy, request: PodRequest, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    def _positions(self, names: Sequence[str], slot: str) -> np.ndarray:
+        """Each name's position on the board (-1 if unknown).
+
+        kube-scheduler sends filter the same list again and again, and prioritize the list
+        filter passed: comparing with the last list is cheaper than thousands of look-ups.
+        """
+        cache = self.cache
+        last = self._last_names.get(slot)
+        if last is not None and last[0] == cache.layout and last[1] == names:
+            return last[2]
+        positions = cache.board.positions(names)
+        self._last_names[slot] = (cache.layout, list(names), positions)
+        return positions
+
+    def _scores(
+        self, policy: Policy, request: PodRequest, names: Sequence[str], slot: str
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(position of each name on the board or -1, its score or -inf). Caller holds the lock."""
         board = self.cache.board
-        positions = board.positions(list(names))
+        positions = self._positions(names, slot)
         scores = np.full(len(names), -np.inf)
         known = positions >= 0
         if known.any():
@@ -119,25 +137,38 @@ class Extender:
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         cache = self.cache
+        demand = request.demand
+        demand_key = intern(demand)
+        placement_key = intern((policy, policy.version, demand)) if policy.cacheable else None
         with cache.lock:
-            positions, scores = self._scores(policy, request, args.names)
+            positions, scores = self._scores(policy, request, args.names, "filter")
             fits = scores > -np.inf
-            passed = np.flatnonzero(fits).tolist()
+            passed_at = np.flatnonzero(fits)
+            passed = passed_at.tolist()
+            passed_names = [args.names[i] for i in passed]
+            if passed:  # what prioritize will most likely be asked about next
+                self._last_names["prioritize"] = (cache.layout, passed_names, positions[passed_at])
+            states = cache.board.states
+            views = cache.nodes
+            where = positions.tolist()
             for i in np.flatnonzero(~fits).tolist():
                 name = args.names[i]
-                if positions[i] < 0:
+                if where[i] < 0:
                     problem = cache.problem(name)
                     if problem:
                         unresolvable[name] = problem
                     else:
                         failed[name] = UNKNOWN_NODE
                     continue
-                never = cache.unresolvable(name, request.demand)
+                never = views[name].empty_fit.get(demand_key)
+                if never is None:
+                    never = cache.unresolvable(name, demand, demand_key)
                 if never:
                     unresolvable[name] = never
                 else:
-                    state = cache.board.states[int(positions[i])]
-                    failed[name] = fit_cached(request.demand, state).reason
+                    # the score table has just evaluated this node: the reason is in its memo
+                    result = evaluate(policy, demand, states[where[i]], placement_key)
+                    failed[name] = result if isinstance(result, str) else "no longer fits"
         if failed or unresolvable:
             self.metrics.reject(list(failed.values()) + list(unresolvable.values()))
         log.info(
@@ -151,7 +182,7 @@ class Extender:
                 "node": args.names[passed[0]] if len(passed) == 1 else None,
             },
         )
-        return wire.filter_result(args, passed, failed, unresolvable)
+        return wire.filter_result(args, passed, failed, unresolvable, passed_names=passed_names)
 
     def prioritize(self, args: wire.ExtenderArgs) -> bytes:
         try:
@@ -161,7 +192,7 @@ class Extender:
             return wire.host_priorities(args.names, [0] * len(args.names))
         policy = self.policy_for(request)
         with self.cache.lock:
-            _, scores = self._scores(policy, request, args.names)
+            _, scores = self._scores(policy, request, args.names, "prioritize")
         fits = scores > -np.inf
         out = np.zeros(len(args.names), dtype=np.int64)
         if fits.any():

@@ -90,7 +90,7 @@ def parse_args(body: bytes) -> ExtenderArgs:
     raw = field(top, "NodeNames")
     if raw is None:
         return ExtenderArgs(pod, [])
-    if not isinstance(raw, list) or not all(isinstance(n, str) for n in raw):
+    if not isinstance(raw, list) or not set(map(type, raw)) <= {str}:
         raise WireError("ExtenderArgs.NodeNames must be an array of strings")
     return ExtenderArgs(pod, raw)
 
@@ -101,15 +101,17 @@ def filter_result(
     failed: Mapping[str, str] | None = None,
     unresolvable: Mapping[str, str] | None = None,
     error: str = "",
+    passed_names: list[str] | None = None,
 ) -> bytes:
-    """ExtenderFilterResult; ``passed`` are positions in ``args.names``. Full Nodes in, Nodes out."""
+    """ExtenderFilterResult; ``passed`` are positions in ``args.names`` (``passed_names`` their
+    names, if at hand). Full Nodes in, Nodes out."""
     names: list[str] | None = None
     nodes: dict[str, Any] | None = None
     if args is not None:
         if args.nodes is not None:
             nodes = {"metadata": {}, "items": [args.nodes[i] for i in passed]}
         else:
-            names = [args.names[i] for i in passed]
+            names = passed_names if passed_names is not None else [args.names[i] for i in passed]
     return orjson.dumps(
         {
             "Nodes": nodes,

@@ -1,0 +1,422 @@
+"""Play kube-scheduler against ``gpuslice serve`` and measure it (PACKING-BENCHMARK.md §B).
+
+For each cluster size (nodes of 8 GPUs) and policy, the driver writes a cluster file
+(nodes in all four sharing modes, plus the pending pods it will schedule), starts
+``gpuslice serve --cluster-file FILE`` as a user does (a subprocess on 127.0.0.1), and
+for every pod: POST filter (with NodeNames, or in the second mode with full Nodes),
+prioritize on the survivors, choose the top score, and bind asynchronously in a thread
+pool, as kube-scheduler does. It prints p50/p99 of filter and prioritize and the
+sustained pods/s, and the same figures for a do-nothing endpoint (same HTTP stack,
+answers without looking) measured in the same run, with the ratios.
+
+    python benchmarks/extender_driver.py                       # 100, 1000, 5000 nodes; binpack, fgd
+    python benchmarks/extender_driver.py --nodes 100 --pods 200 --policy binpack --mode names
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from scheduler.extender.client import ExtenderClient
+
+PREFIX = "gpuslice.io/"
+BODY_CAP = 256 * 1024 * 1024  # full Nodes at 5,000 nodes are several MiB
+
+# (share of nodes, inventory of one 8-GPU node)
+NODE_KINDS = (
+    (0.4, {"model": "H100-80GB", "mode": "exclusive"}),
+    (0.3, {"model": "A100-80GB", "mode": "mps"}),
+    (0.2, {"model": "L4", "mode": "time-slicing", "replicas": 4}),
+    (0.1, {"model": "H100-80GB", "mode": "mig"}),
+)
+# (weight, annotations) of the pod stream
+POD_KINDS = (
+    (0.25, {"gpu-fraction": "0.25"}),
+    (0.20, {"gpu-fraction": "0.5"}),
+    (0.10, {"gpu-memory": "10Gi", "gpu-compute": "20"}),
+    (0.20, {"gpu-count": "1"}),
+    (0.05, {"gpu-count": "2"}),
+    (0.10, {"mig-profile": "1g.10gb"}),
+    (0.05, {"mig-profile": "3g.40gb"}),
+    (0.05, {}),  # CPU only
+)
+
+
+# ---------------------------------------------------------------- the cluster
+
+
+def make_node(i: int, rng: random.Random) -> dict[str, Any]:
+    share = rng.random()
+    for weight, kind in NODE_KINDS:
+        share -= weight
+        if share < 0:
+            break
+    name = f"node-{i:05d}"
+    devices = [
+        {
+            "index": g,
+            "uuid": f"GPU-{i:05d}-{g}",
+            **kind,
+            **({"nvlinkPeers": [h for h in range(8) if h != g]} if kind["mode"] == "exclusive" else {}),
+        }
+        for g in range(8)
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": f"node-uid-{i}",
+            "resourceVersion": "1",
+            "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": f"zone-{i % 3}"},
+            "annotations": {PREFIX + "inventory": json.dumps({"devices": devices}, separators=(",", ":"))},
+        },
+        "spec": {"podCIDR": f"10.{i // 256 % 256}.{i % 256}.0/24"},
+        "status": {
+            "allocatable": {"cpu": "128", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": "8"},
+            "capacity": {"cpu": "128", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+            "nodeInfo": {"kubeletVersion": "v1.31.0", "osImage": "Ubuntu 22.04", "architecture": "amd64"},
+        },
+    }
+
+
+def make_pod(i: int, rng: random.Random) -> dict[str, Any]:
+    annotations = rng.choices([a for _, a in POD_KINDS], [w for w, _ in POD_KINDS])[0]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"pod-{i:06d}",
+            "namespace": "bench",
+            "uid": f"pod-uid-{i:06d}",
+            "resourceVersion": "1",
+            "labels": {"app": "bench"},
+            "annotations": {PREFIX + k: v for k, v in annotations.items()},
+        },
+        "spec": {
+            "schedulerName": "gpuslice",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example/app:1",
+                    "resources": {"requests": {"cpu": rng.choice(["1", "2", "4"]), "memory": "8Gi"}},
+                }
+            ],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def write_cluster(path: Path, nodes: int, pods: int, seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    rng = random.Random(seed)
+    node_list = [make_node(i, rng) for i in range(nodes)]
+    pod_list = [make_pod(i, rng) for i in range(pods)]
+    path.write_bytes(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": node_list + pod_list}))
+    return node_list, pod_list
+
+
+# ---------------------------------------------------------------- the servers
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def gpuslice_command() -> list[str]:
+    script = Path(sys.executable).with_name("gpuslice")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("gpuslice")
+    return [found] if found else [sys.executable, "-c", "from scheduler.cli import main; main()"]
+
+
+@contextmanager
+def running(command: list[str], port: int, log: Path) -> Iterator[ExtenderClient]:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        client = ExtenderClient(f"http://127.0.0.1:{port}", timeout=120)
+        try:
+            deadline = time.monotonic() + 300
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{command[0]} exited with {proc.returncode}; see {log}")
+                try:
+                    if client.request("GET", "/readyz")[0] == 200:
+                        break
+                except Exception:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"not ready after 300 s; see {log}")
+                time.sleep(0.1)
+            yield client
+        finally:
+            client.close()
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def noop_app() -> Any:
+    """The do-nothing extender: the same uvicorn and JSON work, no decision."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def filter_(request: Request) -> Response:
+        args = orjson.loads(await request.body())
+        nodes, names = args.get("Nodes"), args.get("NodeNames")
+        body = {
+            "Nodes": nodes,
+            "NodeNames": names,
+            "FailedNodes": None,
+            "FailedAndUnresolvableNodes": None,
+            "Error": "",
+        }
+        return Response(orjson.dumps(body), media_type="application/json")
+
+    async def prioritize(request: Request) -> Response:
+        args = orjson.loads(await request.body())
+        names = args.get("NodeNames") or [n["metadata"]["name"] for n in (args.get("Nodes") or {}).get("items", [])]
+        return Response(orjson.dumps([{"Host": n, "Score": 0} for n in names]), media_type="application/json")
+
+    async def bind(request: Request) -> Response:
+        await request.body()
+        return Response(b'{"Error":""}', media_type="application/json")
+
+    async def readyz(request: Request) -> Response:
+        return Response(b"ready")
+
+    return Starlette(
+        routes=[
+            Route("/filter", filter_, methods=["POST"]),
+            Route("/prioritize", prioritize, methods=["POST"]),
+            Route("/bind", bind, methods=["POST"]),
+            Route("/readyz", readyz),
+        ]
+    )
+
+
+# ---------------------------------------------------------------- kube-scheduler's part
+
+
+@dataclass
+class Result:
+    filter_ms: list[float]
+    prioritize_ms: list[float]
+    pods_per_s: float
+    bound: int
+    unschedulable: int
+    bind_errors: int
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+
+
+def play(
+    client: ExtenderClient,
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    mode: str,
+    warmup: int,
+    binders: int = 8,
+) -> Result:
+    names = [n["metadata"]["name"] for n in nodes]
+    by_name = {n["metadata"]["name"]: n for n in nodes}
+    all_names = orjson.dumps(names)
+    all_nodes = orjson.dumps({"metadata": {}, "items": nodes})
+
+    def args(pod: bytes, survivors: list[str] | None) -> bytes:
+        if mode == "names":
+            listed = all_names if survivors is None else orjson.dumps(survivors)
+            return b'{"Pod":' + pod + b',"Nodes":null,"NodeNames":' + listed + b"}"
+        listed = (
+            all_nodes if survivors is None else orjson.dumps({"metadata": {}, "items": [by_name[n] for n in survivors]})
+        )
+        return b'{"Pod":' + pod + b',"Nodes":' + listed + b',"NodeNames":null}'
+
+    filter_ms: list[float] = []
+    prioritize_ms: list[float] = []
+    unschedulable = 0
+    pending: list[Future[str]] = []
+
+    def bind(pod: dict[str, Any], node: str) -> str:
+        return client.bind(pod, node)
+
+    with ThreadPoolExecutor(binders) as pool:
+        started = 0.0
+        for i, pod in enumerate(pods):
+            if i == warmup:
+                for f in pending:
+                    f.result()
+                pending.clear()
+                started = time.perf_counter()
+            body = orjson.dumps(pod)
+            t0 = time.perf_counter()
+            status, data = client.request("POST", "/filter", args(body, None))
+            t1 = time.perf_counter()
+            result = orjson.loads(data)
+            if status != 200 or result.get("Error"):
+                raise RuntimeError(f"filter failed: {status} {data[:300]!r}")
+            if mode == "names":
+                survivors = result["NodeNames"] or []
+            else:
+                survivors = [n["metadata"]["name"] for n in (result["Nodes"] or {}).get("items", [])]
+            if i >= warmup:
+                filter_ms.append((t1 - t0) * 1000)
+            if not survivors:
+                unschedulable += i >= warmup
+                continue
+            t2 = time.perf_counter()
+            status, data = client.request("POST", "/prioritize", args(body, survivors))
+            t3 = time.perf_counter()
+            if i >= warmup:
+                prioritize_ms.append((t3 - t2) * 1000)
+            scores = orjson.loads(data)
+            top = max(scores, key=lambda hp: hp["Score"])["Host"] if scores else survivors[0]
+            pending.append(pool.submit(bind, pod, top))
+        errors = sum(1 for f in pending if f.result())
+        elapsed = time.perf_counter() - started
+    measured = len(pods) - warmup
+    return Result(filter_ms, prioritize_ms, measured / elapsed, len(pending) - errors, unschedulable, errors)
+
+
+def over_allocated(client: ExtenderClient) -> int:
+    """Records the service refused as conflicting (0 means nothing is over capacity)."""
+    nodes = client.get("/debug/nodes")["nodes"]
+    return sum(len(n.get("recordErrors") or {}) for n in nodes)
+
+
+# ---------------------------------------------------------------- main
+
+
+def run(args: argparse.Namespace) -> None:
+    work = Path(tempfile.mkdtemp(prefix="gpuslice-bench-"))
+    rows: list[tuple[str, ...]] = []
+    header = (
+        "nodes",
+        "mode",
+        "policy",
+        "filter p50",
+        "filter p99",
+        "prio p50",
+        "prio p99",
+        "f+p p99",
+        "pods/s",
+        "noop f+p p99",
+        "ratio p99",
+        "ratio pods/s",
+        "bound",
+        "unsched",
+        "bind err",
+        "over-alloc",
+    )
+    print(" | ".join(header), flush=True)
+    for n in args.nodes:
+        cluster = work / f"cluster-{n}.json"
+        nodes, pods = write_cluster(cluster, n, args.pods + args.warmup, args.seed)
+        for mode in args.mode:
+            port = free_port()
+            noop = [sys.executable, __file__, "--noop-port", str(port)]
+            with running(noop, port, work / f"noop-{n}-{mode}.log") as client:
+                base = play(client, nodes, pods, mode, args.warmup)
+            base_p99 = pct([f + p for f, p in zip(base.filter_ms, base.prioritize_ms, strict=False)], 99)
+            for policy in args.policy:
+                port = free_port()
+                command = [
+                    *gpuslice_command(),
+                    "serve",
+                    "--cluster-file",
+                    str(cluster),
+                    "--port",
+                    str(port),
+                    "--policy",
+                    policy,
+                    "--max-body-bytes",
+                    str(BODY_CAP),
+                ]
+                with running(command, port, work / f"serve-{n}-{mode}-{policy}.log") as client:
+                    got = play(client, nodes, pods, mode, args.warmup)
+                    bad = over_allocated(client)
+                both = [f + p for f, p in zip(got.filter_ms, got.prioritize_ms, strict=False)]
+                row = (
+                    str(n),
+                    mode,
+                    policy,
+                    f"{pct(got.filter_ms, 50):.2f}",
+                    f"{pct(got.filter_ms, 99):.2f}",
+                    f"{pct(got.prioritize_ms, 50):.2f}",
+                    f"{pct(got.prioritize_ms, 99):.2f}",
+                    f"{pct(both, 99):.2f}",
+                    f"{got.pods_per_s:.0f}",
+                    f"{base_p99:.2f}",
+                    f"{pct(both, 99) / base_p99:.2f}",
+                    f"{got.pods_per_s / base.pods_per_s:.2f}",
+                    str(got.bound),
+                    str(got.unschedulable),
+                    str(got.bind_errors),
+                    str(bad),
+                )
+                rows.append(row)
+                print(" | ".join(row), flush=True)
+    print(
+        f"\n(times in ms, client side over HTTP; {args.pods} measured pods after {args.warmup} warm-up pods; "
+        f"noop = do-nothing endpoint on the same HTTP stack; logs in {work})"
+    )
+    if not args.keep:
+        for path in work.glob("cluster-*.json"):
+            path.unlink()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, nargs="+", default=[100, 1000, 5000])
+    parser.add_argument("--policy", nargs="+", default=["binpack", "fgd"])
+    parser.add_argument("--mode", nargs="+", choices=["names", "nodes"], default=["names", "nodes"])
+    parser.add_argument("--pods", type=int, default=400, help="measured pods per run")
+    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", action="store_true", help="keep the generated cluster files")
+    parser.add_argument("--noop-port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.noop_port:
+        import uvicorn
+
+        uvicorn.run(
+            noop_app(), host="127.0.0.1", port=args.noop_port, log_level="warning", access_log=False, lifespan="off"
+        )
+        return
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    run(args)
+
+
+if __name__ == "__main__":
+    main()
