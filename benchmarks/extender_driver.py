@@ -21,7 +21,6 @@ import os
 import random
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,11 +63,7 @@ POD_KINDS = (
 
 
 def make_node(i: int, rng: random.Random) -> dict[str, Any]:
-    share = rng.random()
-    for weight, kind in NODE_KINDS:
-        share -= weight
-        if share < 0:
-            break
+    kind = rng.choices([k for _, k in NODE_KINDS], [w for w, _ in NODE_KINDS])[0]
     name = f"node-{i:05d}"
     devices = [
         {
