@@ -1,0 +1,204 @@
+"""One simulation run: a trace, a policy, a seed -> a record of every event.
+
+The loop hands each pod to the core (``Scoreboard.best``: fit, place, score, tie-break by
+node rank) and applies the winning allocation (``NodeState.apply``); it knows no policy
+by name. After every event it records the GPU requested so far (dropped pods included),
+the GPU allocated, the fragmentation against the trace's typical workload and the idle
+GPU, all in milli-GPU.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from scheduler.core.capacity import allocated_milli, node_free_milli
+from scheduler.core.errors import RecordError
+from scheduler.core.fit import fit
+from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
+from scheduler.core.policies import REGISTRY, Policy, make_policy
+from scheduler.core.request import Demand, GpuKind
+from scheduler.core.select import Scoreboard
+from scheduler.core.state import NodeState
+
+from .model import ARRIVALS, REPLAY_MODES, Trace, request_milli
+from .protocol import events as make_events
+from .protocol import node_ranks
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class RunResult:
+    trace: str
+    policy: str
+    seed: int
+    capacity_milli: int
+    arrived: np.ndarray  # per event, cumulative requested milli-GPU (event 0: before any pod)
+    allocated: np.ndarray  # per event, allocated milli-GPU
+    frag: np.ndarray  # per event, fragmented milli-GPU
+    idle: np.ndarray  # per event, idle milli-GPU
+    failed: int
+    placed: int
+    wall_seconds: float
+    placements: list[tuple[str, str | None]] = field(default_factory=list)  # (pod, node or None), arrivals only
+    failed_by_kind: dict[str, int] = field(default_factory=dict)  # dropped pods per kind (share, 1-gpu, ...)
+
+
+def build_policy(name: str, seed: int, workload: TypicalWorkload, options: dict[str, Any] | None = None) -> Policy:
+    """A registered policy, given the run's seed and typical workload if it takes them."""
+    factory = REGISTRY.get(name)
+    if factory is None:
+        raise ValueError(f"unknown policy {name!r}; accepted: {', '.join(sorted(REGISTRY))}")
+    kwargs = dict(options or {})
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        params = {}  # type: ignore[assignment]
+    if "seed" in params:
+        kwargs.setdefault("seed", seed)
+    if "workload" in params:
+        kwargs.setdefault("workload", workload)
+    return make_policy(name, **kwargs)
+
+
+def initial_states(trace: Trace) -> list[NodeState]:
+    """Empty nodes, with the snapshot's bound pods applied (RecordError if one does not fit)."""
+    states = {n.name: NodeState.empty(n) for n in trace.nodes}
+    for pod in trace.bound:
+        state = states.get(pod.node)
+        if state is None:
+            raise RecordError(pod.name, f"is bound to node {pod.node!r}, which is not in the cluster")
+        alloc = pod.allocation
+        if alloc is None:
+            found = fit(pod.demand, state)
+            if not found:
+                raise RecordError(pod.name, f"is bound to node {pod.node} but does not fit there: {found.reason}")
+            alloc = found.allocations[0]
+        states[pod.node] = state.apply(pod.name, alloc)
+    return list(states.values())
+
+
+def simulate(
+    trace: Trace,
+    policy_name: str,
+    seed: int,
+    *,
+    replay: str | None = None,
+    inflate: float | None = None,
+    shuffle: bool | None = None,
+    progress: Progress | None = None,
+    policy_options: dict[str, Any] | None = None,
+) -> RunResult:
+    replay = replay or trace.replay
+    if replay not in REPLAY_MODES:
+        raise ValueError(f"unknown replay mode {replay!r}; accepted: {', '.join(REPLAY_MODES)}")
+    inflate = trace.inflate if inflate is None else inflate
+    shuffle = trace.shuffle if shuffle is None else shuffle
+    started = time.perf_counter()
+    rng = random.Random(seed)
+    workload = TypicalWorkload.from_demands(trace.typical_demands())
+    measure = Fragmentation(workload)
+    policy = build_policy(policy_name, seed, workload, policy_options)
+    sequence = make_events(trace, rng, replay, inflate, shuffle)
+    board = Scoreboard(initial_states(trace), node_ranks(trace.nodes, rng))
+    reference = trace.reference_memory_mib()
+
+    node_frag = {s.node.name: measure.node_frag(s) for s in board.states}
+    node_idle = {s.node.name: node_free_milli(s) for s in board.states}
+    frag_total = sum(node_frag.values())
+    idle_total = sum(node_idle.values())
+    allocated_total = sum(allocated_milli(a) for s in board.states for _, a in s.pods)
+    arrived_total = 0
+    where: dict[str, tuple[str, int]] = {}
+
+    n = len(sequence) + 1
+    arrived = np.zeros(n, dtype=np.int64)
+    allocated = np.zeros(n, dtype=np.int64)
+    frag = np.zeros(n, dtype=np.float64)
+    idle = np.zeros(n, dtype=np.int64)
+    arrived[0], allocated[0], frag[0], idle[0] = 0, allocated_total, frag_total, idle_total
+    placements: list[tuple[str, str | None]] = []
+    failed_by_kind: dict[str, int] = {}
+    failed = placed = 0
+    step = max(1, len(sequence) // 200)
+
+    def refresh(state: NodeState) -> None:
+        nonlocal frag_total, idle_total
+        name = state.node.name
+        value, free = measure.node_frag(state), node_free_milli(state)
+        frag_total += value - node_frag[name]
+        idle_total += free - node_idle[name]
+        node_frag[name], node_idle[name] = value, free
+
+    for k, event in enumerate(sequence, start=1):
+        pod = event.pod
+        if event.leave:
+            held = where.pop(pod.name, None)
+            if held is not None:
+                state = board.get(held[0])
+                assert state is not None
+                after = state.release(pod.name)
+                board.put(after)
+                allocated_total -= held[1]
+                refresh(after)
+        else:
+            demand = pod.demand
+            arrived_total += request_milli(demand, reference)
+            policy.observe(demand)
+            choice = board.best(policy, demand)
+            if choice is None:
+                failed += 1
+                if replay == ARRIVALS:
+                    placements.append((pod.name, None))
+                kind = pod_kind(demand)
+                failed_by_kind[kind] = failed_by_kind.get(kind, 0) + 1
+            else:
+                state = board.get(choice.node)
+                assert state is not None
+                after = state.apply(pod.name, choice.allocation)
+                board.put(after)
+                took = allocated_milli(choice.allocation)
+                allocated_total += took
+                where[pod.name] = (choice.node, took)
+                placed += 1
+                refresh(after)
+                if replay == ARRIVALS:
+                    placements.append((pod.name, choice.node))
+        arrived[k], allocated[k], frag[k], idle[k] = arrived_total, allocated_total, frag_total, idle_total
+        if progress is not None and (k % step == 0 or k == len(sequence)):
+            progress(k, len(sequence))
+
+    return RunResult(
+        trace.name,
+        policy_name,
+        seed,
+        trace.capacity_milli,
+        arrived,
+        allocated,
+        frag,
+        idle,
+        failed,
+        placed,
+        time.perf_counter() - started,
+        placements,
+        failed_by_kind,
+    )
+
+
+def pod_kind(demand: Demand) -> str:
+    """A pod's class for the failure breakdown: cpu-only, share, k-gpu or mig."""
+    gpu = demand.gpu
+    if gpu.kind is GpuKind.NONE:
+        return "cpu-only"
+    if gpu.kind is GpuKind.WHOLE:
+        return f"{gpu.count}-gpu"
+    if gpu.kind is GpuKind.MIG:
+        return "mig"
+    return "share" if gpu.count <= 1 else f"{gpu.count}-share"
