@@ -29,7 +29,7 @@ DEFAULT_SEEDS = "42"
 
 def _console() -> Console:
     """Stdout, at least 132 columns wide so the table stays readable when piped."""
-    console = _console()
+    console = Console()
     return console if console.is_terminal and console.width >= 132 else Console(width=max(132, console.width))
 
 

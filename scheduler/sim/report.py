@@ -171,8 +171,10 @@ class Report:
                 ax.set_ylabel(ylabel)
                 ax.set_title(f"{trace}: {ylabel} (median, band: min-max over seeds)")
                 ax.grid(True, alpha=0.3)
-                if kind == "unallocated":
-                    ax.set_xlim(left=0)
+                if kind == "unallocated" and ax.get_xlim()[1] > 100:
+                    # the interesting part: where policies part ways, up to the end of the run
+                    ax.set_xlim(left=60)
+                    ax.set_ylim(bottom=0, top=min(45.0, ax.get_ylim()[1]))
                 ax.legend(fontsize=7, ncol=2)
                 path = out / f"{trace}_{kind}.png"
                 fig.tight_layout()
