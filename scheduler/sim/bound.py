@@ -20,8 +20,8 @@ Built so (``gpuslice bound``):
      exclusive GPUs, MIG memory slots and compute slices        (per-GPU constraints)
    * packing cuts, valid for every integer placement: a GPU holds at most k shares of
      more than 1/(k+1) of its compute or memory, and none beside a whole-GPU share
-     (k = 1..8); a node holds at most k pods of more than 1/(k+1) of its CPU, memory or
-     GPUs (k = 1..4).
+     (k = 1..8); a node holds at most k pods of more than 1/(k+1) of its CPU, its memory
+     or its GPUs taken whole (k = 1..4).
    Summing a per-node or per-GPU constraint over identical nodes or GPUs loses nothing
    in the relaxation (any fractional solution can be averaged over them), so the sums
    are as tight as the per-device LP; the cuts are what integrality adds back.
@@ -185,7 +185,7 @@ def _class_rows(rows: _Rows, c: int, members: list[Node], variables: list[tuple[
     for k in range(1, NODE_CUTS + 1):
         rows.add({j: 1.0 for j, d, _ in mine if d.cpu_milli * (k + 1) > node.cpu_milli}, k * n)
         rows.add({j: 1.0 for j, d, _ in mine if d.memory_mib * (k + 1) > node.memory_mib}, k * n)
-        rows.add({j: 1.0 for j, _, a in mine if len(a.shares) * (k + 1) > len(node.devices)}, k * n)
+        rows.add({j: 1.0 for j, _, a in mine if _whole_gpus(a, node) * (k + 1) > len(node.devices)}, k * n)
     # per GPU, summed over the class's GPUs of one kind
     kinds: dict[tuple[Any, ...], list[int]] = {}
     for device in node.devices:
@@ -234,6 +234,15 @@ def _class_rows(rows: _Rows, c: int, members: list[Node], variables: list[tuple[
                 limit = cap
                 terms = {j: _big_shares(sh, size, limit, k, mem) + k * whole[j] for j, sh in use}
                 rows.add(terms, k * gpus)
+
+
+def _whole_gpus(alloc: Any, node: Node) -> int:
+    """How many whole GPUs an allocation takes (shares of a GPU do not count)."""
+    return sum(
+        1
+        for s in alloc.shares
+        if s.mig is None and s.compute_milli >= MILLI and s.memory_mib >= node.devices[s.index].memory_mib
+    )
 
 
 def _compute(share: Any) -> float:

@@ -95,7 +95,9 @@ def simulate(
     shuffle: bool | None = None,
     progress: Progress | None = None,
     policy_options: dict[str, Any] | None = None,
+    ranks: dict[str, int] | None = None,
 ) -> RunResult:
+    """Run ``policy_name`` over ``trace`` with ``seed``; ``ranks`` overrides the seeded node ranks."""
     replay = replay or trace.replay
     if replay not in REPLAY_MODES:
         raise ValueError(f"unknown replay mode {replay!r}; accepted: {', '.join(REPLAY_MODES)}")
@@ -107,7 +109,8 @@ def simulate(
     measure = Fragmentation(workload)
     policy = build_policy(policy_name, seed, workload, policy_options)
     sequence = make_events(trace, rng, replay, inflate, shuffle)
-    board = Scoreboard(initial_states(trace), node_ranks(trace.nodes, rng))
+    seeded_ranks = node_ranks(trace.nodes, rng)
+    board = Scoreboard(initial_states(trace), ranks if ranks is not None else seeded_ranks)
     reference = trace.reference_memory_mib()
 
     node_frag = {s.node.name: measure.node_frag(s) for s in board.states}

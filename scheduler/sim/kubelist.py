@@ -29,11 +29,11 @@ FINISHED = ("Succeeded", "Failed")
 
 
 def is_kube_list(doc: object) -> bool:
-    return isinstance(doc, Mapping) and doc.get("kind") == "List" and isinstance(doc.get("items"), list)
+    return isinstance(doc, Mapping) and doc.get("kind") == "List"
 
 
 def parse(doc: Mapping[str, Any], path: str | Path, prefix: str = DEFAULT_PREFIX) -> Trace:
-    items = doc.get("items")
+    items = doc.get("items") or []
     if not isinstance(items, list):
         raise TraceError(path, "", "items: expected a list of Nodes and Pods")
     nodes = []

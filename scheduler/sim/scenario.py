@@ -224,6 +224,7 @@ class _Reader:
         replicas = self.integer(raw, "replicas", field, 1, 1)
         instances: tuple[tuple[str, int | None], ...] = ()
         allowed: tuple[str, ...] = ()
+        mig = _Map()
         if mode is SharingMode.MIG:
             if model.mig is None:
                 raise self.fail(raw, f"{field}.mode", f"model {model.name} cannot do MIG")
@@ -250,17 +251,20 @@ class _Reader:
         out = []
         for i in range(count):
             uuid = f"{node}-gpu{i}"
-            placed = self.static_geometry(raw, field, model, instances, uuid) if instances else ()
+            placed = self.static_geometry(mig, field, model, instances, uuid) if instances else ()
             out.append(Device(uuid, i, model, mode, clients, replicas, placed, allowed))
         return tuple(out)
 
     def static_geometry(
         self, raw: Mapping[str, Any], field: str, model: Any, instances: tuple[tuple[str, int | None], ...], uuid: str
     ) -> tuple[MigInstance, ...]:
+        """Instances with a given start first, then the others where they leave most room."""
         layout = model.mig
         used: tuple[Any, ...] = ()
         placed: list[MigInstance] = []
-        for k, (name, start) in enumerate(instances):
+        order = sorted(range(len(instances)), key=lambda k: instances[k][1] is None)
+        for k in order:
+            name, start = instances[k]
             try:
                 profile = layout.profile(name)
             except RequestError:
@@ -278,7 +282,7 @@ class _Reader:
                 raise self.fail(raw, f"{field}.mig.instances[{k}]", f"{name}: {problem}")
             used = tuple(sorted((*used, mig_slots.slot_of(profile, slot))))
             placed.append(MigInstance(profile, slot, f"MIG-{uuid}-{profile.name}-{slot}"))
-        return tuple(placed)
+        return tuple(sorted(placed, key=lambda i: i.start))
 
     # ------------------------------------------------------------ pods
 
