@@ -7,6 +7,7 @@ MIG starts already chosen by the slot rule), or a short stable reason why none e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import combinations, islice
 from math import comb
 
@@ -113,14 +114,19 @@ def _best_connected(node: Node, indices: list[int], count: int) -> list[int]:
     """The ``count`` GPUs with the most NVLink edges among them; lowest indices on ties."""
     if not node.nvlink or comb(len(indices), count) > _MAX_COMBINATIONS:
         return indices[:count]
+    return list(_best_set(node.nvlink, tuple(indices), count))
+
+
+@lru_cache(maxsize=4096)
+def _best_set(links: frozenset[tuple[int, int]], indices: tuple[int, ...], count: int) -> tuple[int, ...]:
+    # Many nodes share a topology and a set of free GPUs: the answer is cached by them.
     graph = nx.Graph()
     graph.add_nodes_from(indices)
-    graph.add_edges_from(e for e in node.nvlink if e[0] in graph and e[1] in graph)
-    best = max(
+    graph.add_edges_from(e for e in links if e[0] in graph and e[1] in graph)
+    return max(
         islice(combinations(indices, count), _MAX_COMBINATIONS),
         key=lambda c: (graph.subgraph(c).number_of_edges(), [-i for i in c]),
     )
-    return list(best)
 
 
 def _gpu_reason(gpu: GpuRequest, node: Node, reasons: list[tuple[int, str]]) -> str:
