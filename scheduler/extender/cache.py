@@ -2,10 +2,13 @@
 
 Per node: the core ``Node`` (from ``parse_node``; an inventory error makes the node
 unusable, with that reason) and the ``NodeState`` rebuilt from the allocation records
-that count on it. A record counts when its pod is not terminal and the record's node is
-the pod's ``spec.nodeName``, or when this process is binding the pod (in flight: from
-the moment bind decided until the watch shows the pod bound). Every pod counts at most
-once, so a bind applied here and later seen through the watch is not counted twice.
+that count on it. A record counts when gpuslice bound its pod: the pod is not terminal,
+the record's node is the pod's ``spec.nodeName`` and its ``bind-phase`` is ``bound`` (the
+phase gpuslice's Binding writes in the same API write as ``spec.nodeName``); or when this
+process is binding the pod (in flight: from the moment bind decided until the watch
+shows the pod bound). Any other record, on a pending pod or on a pod some other binder
+placed, claims nothing and blocks nothing. Every pod counts at most once, so a bind
+applied here and later seen through the watch is not counted twice.
 
 States live in the core's Scoreboard, so scoring many pods against
 many nodes only re-scores nodes that changed. One lock guards everything here.
@@ -36,6 +39,7 @@ from . import logs
 log = logs.get("cache")
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+BOUND = "bound"  # the bind-phase gpuslice's Binding writes
 
 
 @dataclass(slots=True)
@@ -47,6 +51,7 @@ class PodView:
     live: bool  # not Succeeded/Failed
     record: str | None  # the allocation annotation
     obj: Mapping[str, Any]
+    bound_by_us: bool = False  # bind-phase is "bound": the Binding came from gpuslice
 
 
 @dataclass(slots=True)
@@ -84,12 +89,14 @@ def pod_view(obj: Mapping[str, Any], prefix: str) -> PodView:
     node = spec.get("nodeName") if isinstance(spec, Mapping) else None
     phase = status.get("phase") if isinstance(status, Mapping) else None
     uid = meta.get("uid") if isinstance(meta, Mapping) else None
+    bind_phase = annotations.get(prefix + "bind-phase") if isinstance(annotations, Mapping) else None
     return PodView(
         uid if isinstance(uid, str) else "",
         node if isinstance(node, str) else "",
         phase not in TERMINAL_PHASES,
         record if isinstance(record, str) else None,
         obj,
+        bind_phase == BOUND,
     )
 
 
@@ -165,7 +172,7 @@ class ClusterCache:
             self.pods[key] = pod
             if pod.uid:
                 self._uids[pod.uid] = key
-            if pod.live and pod.record is not None and pod.node:
+            if pod.live and pod.record is not None and pod.node and pod.bound_by_us:
                 owner = record_node(pod.record)
                 if owner is None or owner == pod.node:  # an unreadable record is counted to show its error
                     want = (pod.node, pod.record)

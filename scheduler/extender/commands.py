@@ -57,7 +57,12 @@ def kube_backend(config: ServeConfig, kubeconfig: str | None) -> Backend:
     if factory is None:
         raise ModuleNotFoundError("scheduler.kube has no KubeBackend", name="scheduler.kube")
     make = getattr(factory, "from_config", None)
-    backend: Backend = make(prefix=config.prefix, kubeconfig=kubeconfig) if make else factory(prefix=config.prefix)
+    options = config.kube.options()
+    backend: Backend = (
+        make(prefix=config.prefix, kubeconfig=kubeconfig, **options)
+        if make
+        else factory(prefix=config.prefix, **options)
+    )
     return backend
 
 

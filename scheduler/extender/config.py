@@ -108,6 +108,33 @@ class PolicyConfig(BaseModel):
         return {}
 
 
+class KubeSettings(BaseModel):
+    """The Kubernetes backend's settings (``scheduler.kube.KubeOptions``); unset ones keep its defaults.
+
+    A pod left with an allocation record but no Binding (a bind interrupted by a crash or a
+    lost answer) is cleaned within ``stale_allocation_s + sweep_interval_s``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespace: str | None = None  # where the node ledgers live
+    request_timeout_s: float | None = Field(None, gt=0, le=300)
+    stale_allocation_s: float | None = Field(None, gt=0)
+    sweep_interval_s: float | None = Field(None, gt=0)
+    conflict_retries: int | None = Field(None, gt=0, le=1000)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", value):
+            raise ValueError(f"must be a namespace name (lower-case letters, digits and '-'), got {value!r}")
+        return value
+
+    def options(self) -> dict[str, Any]:
+        """The settings given, as ``KubeBackend`` keyword options."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
 class ServeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -122,6 +149,7 @@ class ServeConfig(BaseModel):
     tls_key: Path | None = None
     max_body_bytes: int = Field(DEFAULT_MAX_BODY, ge=1024, le=1024**3)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    kube: KubeSettings = KubeSettings()
 
     @field_validator("prefix")
     @classmethod

@@ -34,6 +34,7 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("patch", "", "pods"),
         ("create", "", "pods/binding"),
         ("get", "", "configmaps"),
+        ("list", "", "configmaps"),
         ("create", "", "configmaps"),
         ("update", "", "configmaps"),
     }
@@ -265,6 +266,12 @@ class KubeApi:
 
     def get_configmap(self, namespace: str, name: str) -> Json:
         return self._json("get", "configmaps", self._core.read_namespaced_config_map, name, namespace)
+
+    def list_configmaps(self, namespace: str, label_selector: str) -> Json:
+        """The ConfigMaps of one namespace that carry the labels (the node ledgers, for the sweep)."""
+        return self._json(
+            "list", "configmaps", self._core.list_namespaced_config_map, namespace, label_selector=label_selector
+        )
 
     def create_configmap(self, namespace: str, body: Mapping[str, Any]) -> Json:
         return self._json("create", "configmaps", self._core.create_namespaced_config_map, namespace, dict(body))

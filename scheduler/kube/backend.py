@@ -5,6 +5,7 @@
     backend = KubeBackend.from_url("http://127.0.0.1:8001")  # kubectl proxy, or a test's fake server
     backend.start(on_change)   # returns after the first full list of nodes and pods
     backend.bind(PodRef(ns, name, uid), node, decide)
+    backend.sweep()            # what the sweeper thread does every sweep_interval_s
 
 Options are :class:`~scheduler.kube.options.KubeOptions` fields, by keyword.
 """
@@ -21,7 +22,7 @@ from typing import Any
 from scheduler.backend import BindResult, Change, Decide, Kind, PodRef
 
 from .api import KubeApi
-from .binder import Binder
+from .binder import Binder, Sweep
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import KubeError
 from .options import KubeOptions
@@ -124,6 +125,9 @@ class KubeBackend:
             )
             thread.start()
             self._threads.append(thread)
+        sweeper = threading.Thread(target=self._sweep_loop, daemon=True, name="gpuslice-sweep")
+        sweeper.start()
+        self._threads.append(sweeper)
         log.info("synced: %d nodes, %d pods", len(self._reflectors[0].known), len(self._reflectors[1].known))
 
     def _first_list(self, reflector: Reflector) -> str:
@@ -163,3 +167,16 @@ class KubeBackend:
 
     def bind(self, pod: PodRef, node: str, decide: Decide) -> BindResult:
         return self._binder.bind(pod, node, decide)
+
+    def sweep(self) -> Sweep:
+        """One pass of the cleanup the sweeper thread runs every ``sweep_interval_s``
+        (:meth:`Binder.sweep <scheduler.kube.binder.Binder.sweep>`)."""
+        pods = self._reflectors[1].known if len(self._reflectors) > 1 else None
+        return self._binder.sweep(pods.__contains__ if pods is not None else None)
+
+    def _sweep_loop(self) -> None:
+        while not self._stop.wait(self.options.sweep_interval_s):
+            try:
+                self.sweep()
+            except Exception:  # the thread must live on: ready() watches it
+                log.exception("sweep failed")

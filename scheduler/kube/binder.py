@@ -22,30 +22,59 @@ may have happened: if a GET shows P on N it did, and the bind succeeds; otherwis
 share stays reserved (the pod is requeued, and the entry is replaced by P's next bind
 or dropped as stale), because releasing a share that is in use is the one mistake
 that double-books. Once the Binding exists the pod is bound, whatever fails later.
+
+What counts on a node: the record of a live pod bound there whose ``bind-phase`` is
+``bound`` (the phase only gpuslice's Binding writes, in the same write as ``spec.nodeName``),
+and every ledger entry still reserving. A record on a pod gpuslice did not bind (no
+ledger entry, phase not ``bound``) claims nothing and blocks nothing.
+
+:meth:`Binder.sweep`, run every ``sweep_interval_s``, cleans what an interrupted bind
+left (a crash, a timeout whose write landed after its undo): ledger entries of pods
+gone, ended, bound elsewhere or unbound past ``stale_allocation_s`` are dropped, entries
+of bound pods are marked bound, and a record of ours on an unbound pod that no ledger
+entry vouches for is removed once stale. So nothing half-written outlives
+``stale_allocation_s + sweep_interval_s``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from scheduler.backend import BindResult, Decide, PodRef
 from scheduler.core.allocation import Allocation, decode_record, encode_record, record_annotations
 from scheduler.core.errors import GpusliceError
+from scheduler.core.request import OUTPUT_KEYS
 
 from .api import KubeApi
 from .clock import Clock, parse_rfc3339, rfc3339
 from .errors import ApiStatusError, ApiUnavailableError, ConflictError, KubeError, NotFoundError
-from .ledger import ALLOCATING, BOUND, Entry, Ledger, LedgerStore
+from .ledger import ALLOCATING, BOUND, MANAGED_BY, Entry, Ledger, LedgerStore, decode_entries
 from .options import KubeOptions
 
 log = logging.getLogger("gpuslice.kube.bind")
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+# Annotations gpuslice writes on pods; a bind sets its own and removes any other left there.
+POD_OUTPUT_KEYS = tuple(sorted(OUTPUT_KEYS - {"inventory"}))
+LEDGER_SELECTOR = ",".join(f"{k}={v}" for k, v in sorted(MANAGED_BY.items()))
+
+
+@dataclass(slots=True)
+class Sweep:
+    """What one :meth:`Binder.sweep` did."""
+
+    ledgers: int = 0  # ledgers looked at
+    entries_dropped: int = 0
+    entries_marked_bound: int = 0
+    records_removed: int = 0  # records of ours on unbound pods that nothing vouched for
+    problems: int = 0  # API calls that failed (the next sweep tries again)
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -116,8 +145,10 @@ class Binder:
         if isinstance(reserved, str):
             return BindResult(error=reserved)
         annotations = record_annotations(reserved, self._options.prefix, ALLOCATING, stamp)
+        # Keys of ours that this allocation does not set (forged, or left by an earlier attempt) go.
+        stale_keys = {self._options.prefix + k: None for k in POD_OUTPUT_KEYS}
         try:
-            self._api.patch_pod(pod.namespace, pod.name, {"metadata": {"annotations": annotations}})
+            self._api.patch_pod(pod.namespace, pod.name, {"metadata": {"annotations": {**stale_keys, **annotations}}})
         except KubeError as exc:
             undone = self._undo(pod, node, annotations)
             return BindResult(error=f"writing the allocation record of {pod.key} failed ({exc}); {undone}")
@@ -189,7 +220,7 @@ class Binder:
         with self._node_lock(node):
             for attempt in range(attempts):
                 ledger = self._ledgers.read(node)
-                entries, records = self._current(ledger, pod, node)
+                entries, records = self._current(ledger, node, pod.key)
                 try:
                     outcome = decide(records)
                 except GpusliceError as exc:
@@ -222,24 +253,40 @@ class Binder:
         limit = min(self._options.conflict_backoff_s * 2**attempt, 1.0)
         self._sleeper.wait(self._rng.uniform(0, limit))
 
-    def _current(self, ledger: Ledger, pod: PodRef, node: str) -> tuple[dict[str, Entry], list[tuple[str, str]]]:
-        """The ledger entries still valid, and the (pod, record) pairs ``decide`` must respect."""
+    def _trusted_record(self, pod: Mapping[str, Any]) -> str | None:
+        """The allocation record of a pod gpuslice bound: the Binding wrote ``bind-phase: bound``."""
+        notes = self._annotations(pod)
+        text = notes.get(self._options.prefix + "allocation")
+        if isinstance(text, str) and notes.get(self._options.prefix + "bind-phase") == BOUND:
+            return text
+        return None
+
+    def _on_node(self, node: str) -> dict[str, Mapping[str, Any]]:
         listed = self._api.list("pods", field_selector=f"spec.nodeName={node}")
         items = listed.get("items")
-        on_node = {
+        return {
             _key(p): p
             for p in (items if isinstance(items, list) else [])
             if isinstance(p, Mapping) and _node_of(p) == node and not _terminal(p)
         }
+
+    def _current(
+        self, ledger: Ledger, node: str, skip: str | None, on_node: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> tuple[dict[str, Entry], list[tuple[str, str]]]:
+        """The ledger entries still valid, and the (pod, record) pairs ``decide`` must respect.
+
+        ``skip`` is the pod being bound: its earlier, unfinished attempt is replaced by this one."""
+        if on_node is None:
+            on_node = self._on_node(node)
         records: dict[str, str] = {}
         for key, live in on_node.items():
-            text = self._annotations(live).get(self._options.prefix + "allocation")
-            if isinstance(text, str) and key != pod.key:
+            text = self._trusted_record(live)
+            if text is not None and key != skip:
                 records[key] = text
         kept: dict[str, Entry] = {}
         for key, entry in ledger.entries.items():
-            if key == pod.key:
-                continue  # this pod's earlier, unfinished attempt: replaced by this one
+            if key == skip:
+                continue
             live_here = on_node.get(key)
             if live_here is not None:
                 keep = _meta(live_here).get("uid") == entry.uid
@@ -277,22 +324,130 @@ class Binder:
             self._strip_record(live, entry)
         return not stale
 
-    def _strip_record(self, live: Mapping[str, Any], entry: Entry) -> None:
+    def _strip_record(self, live: Mapping[str, Any], entry: Entry) -> bool:
         """Remove the record a stale reservation left on its (unbound) pod, unless the pod changed since."""
         notes = self._annotations(live)
         prefix = self._options.prefix
         if notes.get(prefix + "allocation") != entry.record or notes.get(prefix + "bind-phase") != ALLOCATING:
-            return  # none, or a newer attempt's
-        try:
-            written = record_annotations(decode_record(entry.record, _key(live)), prefix, ALLOCATING, "")
-        except GpusliceError:
-            return
+            return False  # none, or a newer attempt's
         meta = _meta(live)
-        patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": dict.fromkeys(written)}}
+        patch = {
+            "metadata": {
+                "resourceVersion": meta.get("resourceVersion"),
+                "annotations": {prefix + k: None for k in POD_OUTPUT_KEYS},
+            }
+        }
         try:
             self._api.patch_pod(str(meta.get("namespace") or "default"), str(meta.get("name")), patch)
         except KubeError as exc:  # changed meanwhile (409) or gone: nothing of ours to clean
             log.info("left the stale record of %s alone: %s", _key(live), exc, extra={"pod": _key(live)})
+            return False
+        return True
+
+    # ------------------------------------------------------------ the sweep
+
+    def sweep(self, known_pod: Callable[[str], bool] | None = None) -> Sweep:
+        """Clean what interrupted binds left behind, on every node (see the module docstring).
+
+        ``known_pod(key)`` says whether the watch still knows a pod: ledgers whose entries are
+        all bound to known pods are skipped without a call. Every write is a compare-and-set
+        (the ledger) or resourceVersion-guarded (the pod), so replicas may sweep at once.
+        """
+        report = Sweep()
+        try:
+            listed = self._api.list_configmaps(self._options.namespace, LEDGER_SELECTOR)
+        except KubeError as exc:
+            log.warning("sweep: cannot list the node ledgers: %s", exc)
+            report.problems += 1
+            return report
+        vouched: dict[tuple[str, str], Entry] = {}
+        items = listed.get("items")
+        for cm in items if isinstance(items, list) else []:
+            notes = _meta(cm).get("annotations") if isinstance(cm, Mapping) else None
+            node = notes.get(self._options.prefix + "node") if isinstance(notes, Mapping) else None
+            if not isinstance(node, str) or not node:
+                continue
+            data = cm.get("data")
+            raw = data.get("ledger") if isinstance(data, Mapping) else None
+            if not self._worth_sweeping(node, raw, known_pod):
+                continue
+            report.ledgers += 1
+            try:
+                kept = self._sweep_node(node, report)
+            except KubeError as exc:
+                log.warning("sweep: ledger of node %s: %s", node, exc, extra={"node": node})
+                report.problems += 1
+                continue
+            vouched.update(((node, key), entry) for key, entry in kept.items())
+        try:
+            self._sweep_unbound(vouched, report)
+        except KubeError as exc:
+            log.warning("sweep: cannot list the unbound pods: %s", exc)
+            report.problems += 1
+        if report.entries_dropped or report.records_removed or report.entries_marked_bound:
+            log.info(
+                "sweep: dropped %d ledger entries, removed %d records, marked %d entries bound",
+                report.entries_dropped,
+                report.records_removed,
+                report.entries_marked_bound,
+            )
+        return report
+
+    def _worth_sweeping(self, node: str, raw: object, known_pod: Callable[[str], bool] | None) -> bool:
+        """Whether a ledger may hold something to clean: an entry still allocating, or of a pod the watch lost."""
+        entries = decode_entries(node, raw)
+        if known_pod is None:
+            return bool(entries)
+        return any(e.phase != BOUND or not known_pod(key) for key, e in entries.items())
+
+    def _sweep_node(self, node: str, report: Sweep) -> dict[str, Entry]:
+        with self._node_lock(node):
+            for attempt in range(self._options.conflict_retries):
+                ledger = self._ledgers.read(node)
+                on_node = self._on_node(node)
+                kept, _ = self._current(ledger, node, None, on_node)
+                marked = {
+                    key: Entry(e.uid, e.record, BOUND, e.time) if key in on_node and e.phase != BOUND else e
+                    for key, e in kept.items()
+                }
+                if marked == dict(ledger.entries):
+                    return marked
+                try:
+                    self._ledgers.write(ledger, marked)
+                except ConflictError:
+                    self._pause(attempt)
+                    continue
+                report.entries_dropped += len(set(ledger.entries) - set(marked))
+                report.entries_marked_bound += sum(1 for k, e in marked.items() if e != kept[k])
+                return marked
+        return dict(self._ledgers.read(node).entries)
+
+    def _sweep_unbound(self, vouched: Mapping[tuple[str, str], Entry], report: Sweep) -> None:
+        """Remove stale records of ours (phase allocating) from unbound pods that no ledger entry holds."""
+        prefix = self._options.prefix
+        listed = self._api.list("pods", field_selector="spec.nodeName=")
+        items = listed.get("items")
+        limit = timedelta(seconds=self._options.stale_allocation_s)
+        now = self._clock.now()
+        for live in items if isinstance(items, list) else []:
+            if not isinstance(live, Mapping) or _node_of(live):
+                continue
+            notes = self._annotations(live)
+            text = notes.get(prefix + "allocation")
+            if not isinstance(text, str) or notes.get(prefix + "bind-phase") != ALLOCATING:
+                continue
+            key = _key(live)
+            node, stamp = _record_node_and_time(text)
+            entry = vouched.get((node, key))
+            if entry is not None and entry.uid == _meta(live).get("uid") and entry.record == text:
+                continue  # a bind still holding its share (or waiting to be retried)
+            started = parse_rfc3339(stamp)
+            if started is not None and now - started <= limit:
+                continue  # maybe a bind in progress whose ledger entry this sweep read before it was written
+            uid = str(_meta(live).get("uid") or "")
+            if self._strip_record(live, Entry(uid, text, ALLOCATING, stamp or "")):
+                report.records_removed += 1
+                log.info("sweep: removed the record left on unbound pod %s", key, extra={"pod": key})
 
     # ------------------------------------------------------------ after the Binding call
 
@@ -365,3 +520,15 @@ class Binder:
         if problems:
             return "rolled back partly: " + "; ".join(problems)
         return "the allocation was rolled back"
+
+
+def _record_node_and_time(text: str) -> tuple[str, str | None]:
+    """The ``node`` and ``timestamp`` of a record ("" and None where unreadable)."""
+    try:
+        body = json.loads(text)
+    except (ValueError, RecursionError):
+        return "", None
+    if not isinstance(body, dict):
+        return "", None
+    node, stamp = body.get("node"), body.get("timestamp")
+    return (node if isinstance(node, str) else ""), (stamp if isinstance(stamp, str) else None)

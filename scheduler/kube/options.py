@@ -29,6 +29,9 @@ class KubeOptions:
     conflict_retries:     compare-and-set attempts on a node's ledger before a bind gives up
     conflict_backoff_s:   first jittered wait between those attempts (doubling)
     stale_allocation_s:   a ledger entry of a pod still unbound after this long is dropped
+    sweep_interval_s:     how often every ledger and every unbound pod's record is checked for what
+                          an interrupted bind left behind (stale entries, records without a Binding);
+                          such leftovers are gone within stale_allocation_s + sweep_interval_s
     """
 
     namespace: str = "gpuslice"
@@ -44,6 +47,7 @@ class KubeOptions:
     conflict_retries: int = 10
     conflict_backoff_s: float = 0.02
     stale_allocation_s: float = 60.0
+    sweep_interval_s: float = 30.0
 
     def __post_init__(self) -> None:
         if not _DNS_LABEL.match(self.namespace):

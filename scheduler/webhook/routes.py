@@ -38,9 +38,19 @@ def config_of(request: Request) -> WebhookConfig:
 
 
 async def _read(request: Request) -> object | Reply:
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        return malformed(f"body: {len(raw)} bytes is larger than the {MAX_BODY_BYTES} accepted")
+    # Stop reading at the cap: a client streaming gigabytes must not make the service hold them.
+    too_large = f"body: larger than the {MAX_BODY_BYTES} bytes accepted; accepted: an AdmissionReview of one pod"
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        return malformed(too_large)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return malformed(too_large)
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     try:
         body: object = json.loads(raw)
     except (ValueError, RecursionError) as exc:

@@ -17,9 +17,11 @@ def share(node: str, index: int = 0, memory: int = 8192, compute: int = 100) -> 
 
 
 def with_record(pod: dict, alloc: Allocation, node: str | None = None) -> dict:
+    """The pod as a gpuslice bind leaves it: record, and when bound, the phase its Binding wrote."""
     pod["metadata"]["annotations"][PREFIX + "allocation"] = encode_record(alloc, "2025-01-01T00:00:00Z")
     if node:
         pod["spec"]["nodeName"] = node
+        pod["metadata"]["annotations"][PREFIX + "bind-phase"] = "bound"
     return pod
 
 
@@ -115,6 +117,7 @@ def test_conflicting_records_are_reported_with_the_pod() -> None:
     assert used(cache, "a") == [60000, 0] and cache.record_errors() == {}
     garbage = k8s_pod("p3", node="a")
     garbage["metadata"]["annotations"][PREFIX + "allocation"] = "{oops"
+    garbage["metadata"]["annotations"][PREFIX + "bind-phase"] = "bound"
     cache.on_change(pod_change(garbage, "default/p3"))
     assert "not JSON" in cache.record_errors()["a"]["default/p3"]
 
