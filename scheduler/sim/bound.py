@@ -266,5 +266,5 @@ def bound(
     demands = arrivals(trace, seed, pct, inflate, shuffle)
     reference = trace.reference_memory_mib()
     requested = sum(request_milli(d, reference) for d in demands)
-    value = min(float(requested), lp_bound(trace.nodes, demands)) if demands else 0.0
+    value = min(float(requested), float(trace.capacity_milli), lp_bound(trace.nodes, demands)) if demands else 0.0
     return Bound(trace.name, seed, pct if pct is not None else -1, len(demands), requested, value, trace.capacity_milli)

@@ -232,3 +232,40 @@ def markdown_table(rows: Sequence[dict[str, object]]) -> str:
             f"{_cell(row['failed'], digits=0)} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def rows_from_files(
+    summary: Path, bounds: Path | None = None, reference: Reference | None = None
+) -> list[dict[str, object]]:
+    """The table rows of a recorded ``summary.csv`` (and ``bound.csv``), for documents."""
+    with summary.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    bound_by: dict[tuple[str, str], float] = {}
+    if bounds is not None and bounds.exists():
+        with bounds.open(newline="", encoding="utf-8") as handle:
+            for b in csv.DictReader(handle):
+                bound_by[(b["trace"], b["seed"])] = _float(b["bound_allocated_gpu_pct"])
+    groups: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
+    for row in rows:
+        groups[(row["trace"], row["policy"])].append(row)
+    out = []
+    for (trace, policy), members in groups.items():
+        mean, sd = _mean_sd([_float(m["unallocated_gpu_pct_at_100"]) for m in members])
+        paper = reference.mean_unallocated(trace, policy, HEADLINE) if reference else math.nan
+        bound = [bound_by[(trace, m["seed"])] for m in members if (trace, m["seed"]) in bound_by]
+        out.append(
+            {
+                "trace": trace,
+                "policy": policy,
+                "seeds": len(members),
+                "unallocated_mean": mean,
+                "unallocated_sd": sd,
+                "paper": paper,
+                "delta": mean - paper,
+                "bound_unallocated": 100 - statistics.fmean(bound) if bound else math.nan,
+                "frag_rate": _mean_sd([_float(m["frag_rate_pct_at_100"]) for m in members])[0],
+                "failed": statistics.fmean(_float(m["failed_pods"]) for m in members),
+                "wall": statistics.fmean(_float(m["wall_seconds"]) for m in members),
+            }
+        )
+    return out
