@@ -177,26 +177,48 @@ def canon(state: NodeState | None) -> Canon | None:
 def truth(api: FakeApiServer, prefix: str = PREFIX) -> dict[str, Canon | None]:
     """Every node's state rebuilt from the API server's objects: the records of the live pods
     bound there by gpuslice (phase ``bound``), as a freshly started replica would count them."""
+    return {name: canon(state) for name, state in truth_states(api, prefix).items()}
+
+
+def truth_states(api: FakeApiServer, prefix: str = PREFIX) -> dict[str, NodeState | None]:
+    """Like :func:`truth`, the states themselves."""
     pods = api.pods()
-    out: dict[str, Canon | None] = {}
+    out: dict[str, NodeState | None] = {}
     for obj in api.nodes():
-        name = _meta(obj)["name"]
         try:
             node = parse_node(obj, prefix)
         except GpusliceError:
-            out[name] = None
+            out[_meta(obj)["name"]] = None
             continue
         records = [
             (pod_key(p), _notes(p)[prefix + "allocation"])
             for p in pods
-            if _node_of(p) == name
+            if _node_of(p) == node.name
             and _live(p)
             and isinstance(_notes(p).get(prefix + "allocation"), str)
             and _notes(p).get(prefix + "bind-phase") == "bound"
         ]
-        state, _ = rebuild(node, records)
-        out[name] = canon(state)
+        out[node.name] = rebuild(node, records)[0]
     return out
+
+
+Shown = tuple[tuple[str, ...], tuple[tuple[int, int, int], ...]]
+
+
+def shown_by_state(state: NodeState) -> Shown:
+    """(pods, per device (memory MiB, compute milli, shares)): what ``/debug/nodes`` shows of a state."""
+    return (
+        tuple(sorted(k for k, _ in state.pods)),
+        tuple((u.memory_mib, u.compute_milli, u.shares) for u in state.usage),
+    )
+
+
+def shown_by_service(described: Mapping[str, Any]) -> Shown:
+    """The same, from one node of a running service's ``/debug/nodes``."""
+    return (
+        tuple(sorted(p["pod"] for p in described.get("pods", []))),
+        tuple((d["memoryAllocatedMiB"], d["computeAllocatedMilli"], d["shares"]) for d in described.get("devices", [])),
+    )
 
 
 def cache_view(extender: Extender, names: Sequence[str]) -> dict[str, Canon | None]:
