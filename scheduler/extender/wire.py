@@ -25,6 +25,13 @@ def loads(body: bytes) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as bad:  # orjson calls every such body "surrogates not allowed"
+            raise WireError(
+                f"request body is not UTF-8: byte 0x{body[bad.start]:02x} at offset {bad.start} ({bad.reason}); "
+                "accepted: JSON in UTF-8"
+            ) from exc
         raise WireError(f"request body is not JSON: {exc}") from exc
 
 
