@@ -15,6 +15,7 @@ garbage here, since every pod of the fuzz cluster is already bound), never the c
 
 from __future__ import annotations
 
+import copy
 import http.client
 import json
 import socket
@@ -146,7 +147,7 @@ def _nested(depth: int, leaf: Any) -> Any:
 @st.composite
 def mutated(draw: st.DrawFn, base: st.SearchStrategy[Any]) -> Any:
     """``base`` with one field replaced (random JSON, huge number, deep nesting, wrong type) or deleted."""
-    obj = draw(base)
+    obj = copy.deepcopy(draw(base))  # st.just values are shared between draws: never change them
     if not draw(st.integers(0, 3)):
         return obj  # unmutated: the well-formed case must hold too
     path = draw(st.sampled_from(_paths(obj)))
