@@ -170,15 +170,22 @@ def gpu_options(gpu: GpuRequest, state: NodeState) -> tuple[list[DeviceShare], l
     return options, reasons
 
 
-def fit(demand: Demand, state: NodeState) -> Fit:
-    """Every allocation of ``demand`` on ``state``'s node, or the reason there is none."""
+def host_reason(demand: Demand, state: NodeState) -> str | None:
+    """Why the node's pod room, CPU or memory cannot take ``demand`` (None if they can)."""
     node = state.node
     if len(state.pods) >= node.max_pods:
-        return Fit(reason=f"node already holds its maximum of {node.max_pods} pods")
+        return f"node already holds its maximum of {node.max_pods} pods"
     if demand.cpu_milli > state.cpu_free:
-        return Fit(reason=f"insufficient cpu: needs {demand.cpu_milli}m, {state.cpu_free}m free")
+        return f"insufficient cpu: needs {demand.cpu_milli}m, {state.cpu_free}m free"
     if demand.memory_mib > state.memory_free:
-        return Fit(reason=f"insufficient memory: needs {demand.memory_mib} MiB, {state.memory_free} MiB free")
+        return f"insufficient memory: needs {demand.memory_mib} MiB, {state.memory_free} MiB free"
+    return None
+
+
+def gpu_fit(demand: Demand, state: NodeState) -> Fit:
+    """The GPU half of :func:`fit`: every allocation of ``demand``'s GPU request, host
+    resources not checked (the allocations still carry the pod's CPU and memory)."""
+    node = state.node
     gpu = demand.gpu
     if gpu.kind is GpuKind.NONE:
         return Fit((Allocation(node.name, (), demand.cpu_milli, demand.memory_mib),))
@@ -196,3 +203,9 @@ def fit(demand: Demand, state: NodeState) -> Fit:
     by_index = {s.index: s for s in options}
     shares = tuple(by_index[i] for i in sorted(chosen))
     return Fit((Allocation(node.name, shares, demand.cpu_milli, demand.memory_mib),))
+
+
+def fit(demand: Demand, state: NodeState) -> Fit:
+    """Every allocation of ``demand`` on ``state``'s node, or the reason there is none."""
+    reason = host_reason(demand, state)
+    return Fit(reason=reason) if reason is not None else gpu_fit(demand, state)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .allocation import Allocation
-from .fit import Fit, fit, gpu_options
+from .fit import Fit, fit, gpu_fit, gpu_options, host_reason
 from .memo import intern as _intern
 from .policies.base import Policy
 from .request import Demand, GpuKind, GpuRequest
@@ -37,15 +37,20 @@ def fit_cached(demand: Demand, state: NodeState) -> Fit:
     return result
 
 
-def evaluate(policy: Policy, demand: Demand, state: NodeState, key: int | None = None) -> Placement | str:
-    """The policy's placement of ``demand`` on one node, or why it does not fit."""
-    if key is None and policy.cacheable:
-        key = _intern((policy, policy.version, demand))
+def placement_key(policy: Policy, demand: Demand) -> int | None:
+    """The per-state memo key of ``policy``'s placements for ``demand`` (None: not cacheable)."""
+    return _intern((policy, policy.version, policy.place_key(demand))) if policy.cacheable else None
+
+
+def _place(policy: Policy, demand: Demand, state: NodeState, key: int | None) -> Placement | str:
+    """The policy's placement of ``demand``'s GPU request on one node (host resources not
+    checked), memoised under ``key``; its allocation may carry another demand's CPU and
+    memory when they share the key."""
     if key is not None:
         hit: Placement | str | None = state.memo.get(key)
         if hit is not None:
             return hit
-    found = fit_cached(demand, state)
+    found = gpu_fit(demand, state)
     if not found:
         result: Placement | str = found.reason
     else:
@@ -54,6 +59,24 @@ def evaluate(policy: Policy, demand: Demand, state: NodeState, key: int | None =
     if key is not None:
         state.memo[key] = result
     return result
+
+
+def _for(demand: Demand, result: Placement) -> Placement:
+    alloc = result.allocation
+    if (alloc.cpu_milli, alloc.memory_mib) == (demand.cpu_milli, demand.memory_mib):
+        return result
+    return Placement(
+        result.node, result.score, replace(alloc, cpu_milli=demand.cpu_milli, memory_mib=demand.memory_mib)
+    )
+
+
+def evaluate(policy: Policy, demand: Demand, state: NodeState, key: int | None = None) -> Placement | str:
+    """The policy's placement of ``demand`` on one node, or why it does not fit."""
+    reason = host_reason(demand, state)
+    if reason is not None:
+        return reason
+    result = _place(policy, demand, state, key if key is not None else placement_key(policy, demand))
+    return result if isinstance(result, str) else _for(demand, result)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +89,7 @@ def rank(
     policy: Policy, demand: Demand, states: Sequence[NodeState], order: Mapping[str, int] | None = None
 ) -> Ranking:
     """Every node's placement, best first, and the reasons of the nodes that do not fit."""
-    key = _intern((policy, policy.version, demand)) if policy.cacheable else None
+    key = placement_key(policy, demand)
     placements: list[Placement] = []
     failures: dict[str, str] = {}
     for state in states:
@@ -215,8 +238,17 @@ class Scoreboard:
             mask &= self._host_counts(gpu) >= max(1, gpu.count)
         return mask
 
+    def _gpu_fits(self, gpu: GpuRequest) -> np.ndarray:
+        if gpu.kind is GpuKind.NONE:
+            return np.ones(len(self._states), dtype=bool)
+        return self._host_counts(gpu) >= max(1, gpu.count)
+
     def _table(self, policy: Policy, demand: Demand) -> np.ndarray:
-        """Scores of every node (``-inf`` where the pod does not fit), refreshed incrementally."""
+        """Scores of every node (``-inf`` where the pod does not fit), refreshed incrementally.
+
+        The cached table holds, per (policy, place key), the scores of every node the GPU
+        request fits, whatever the pod's CPU and memory; those are applied on each call.
+        """
         states = self._states
         fits = self._fits(demand)
         if not policy.cacheable:
@@ -224,27 +256,30 @@ class Scoreboard:
             for j in np.flatnonzero(fits).tolist():
                 scores[j] = _score(evaluate(policy, demand, states[j]))
             return scores
-        key = _intern((policy, policy.version, demand))
+        key = placement_key(policy, demand)
+        assert key is not None
         table = self._tables.get(key)
         if table is None:
-            scores = np.full(len(states), -np.inf)
-            for j in np.flatnonzero(fits).tolist():
-                scores[j] = _score(evaluate(policy, demand, states[j], key))
-            table = self._tables[key] = _Table(scores, len(self._log))
+            gpu_fits = self._gpu_fits(demand.gpu)
+            cached = np.full(len(states), -np.inf)
+            for j in np.flatnonzero(gpu_fits).tolist():
+                cached[j] = _score(_place(policy, demand, states[j], key))
+            table = self._tables[key] = _Table(cached, len(self._log))
             if len(self._tables) > self._MAX_TABLES:
                 self._tables.popitem(last=False)
-            return scores
-        self._tables.move_to_end(key)
-        if table.seen < len(self._log):
-            for i in set(self._log[table.seen :]):
-                table.scores[i] = _score(evaluate(policy, demand, states[i], key)) if fits[i] else -np.inf
-            table.seen = len(self._log)
-        return table.scores
+        else:
+            self._tables.move_to_end(key)
+            if table.seen < len(self._log):
+                gpu_fits = self._gpu_fits(demand.gpu)
+                for i in set(self._log[table.seen :]):
+                    table.scores[i] = _score(_place(policy, demand, states[i], key)) if gpu_fits[i] else -np.inf
+                table.seen = len(self._log)
+        return np.where(fits, table.scores, -np.inf)
 
     def scores(self, policy: Policy, demand: Demand) -> np.ndarray:
         """Every node's raw score in :attr:`states` order, ``-inf`` where the pod does not fit.
 
-        The array is the board's own cache: read it, don't write it.
+        A fresh array on every call.
         """
         if not self._states:
             return np.zeros(0)

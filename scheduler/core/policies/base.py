@@ -7,12 +7,12 @@ that compares nodes (``scheduler.core.select``) knows no policy by name.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, ClassVar
 
 from ..allocation import Allocation
 from ..capacity import free_after
-from ..request import Demand
+from ..request import Demand, GpuKind
 from ..state import NodeState
 
 
@@ -28,6 +28,13 @@ class Policy:
     # The node is a uniform draw among the feasible ones, whatever their state (random):
     # a Scoreboard then caches only feasibility and lets draw() pick the winner.
     uniform_choice: ClassVar[bool] = False
+
+    def place_key(self, demand: Demand) -> Hashable:
+        """What of ``demand`` :meth:`place` depends on. Placements are cached per node state
+        under this key and reused for every demand that shares it (feasibility of the
+        pod's CPU and memory is checked separately). The default, the GPU request and the
+        CPU, fits policies that score CPU; none scores host memory."""
+        return (demand.gpu, demand.cpu_milli)
 
     def place(self, demand: Demand, state: NodeState, allocations: Sequence[Allocation]) -> tuple[float, Allocation]:
         alloc = tightest(state, allocations)
@@ -46,6 +53,11 @@ class Policy:
     def draw(self, candidates: int) -> int:
         """For ``uniform_choice`` policies: the winner's index among ``candidates`` feasible nodes."""
         raise NotImplementedError
+
+
+def gpu_only_key(demand: Demand) -> Hashable:
+    """A :meth:`Policy.place_key` for policies that score a GPU pod by its GPU request alone."""
+    return (demand.gpu,) if demand.gpu.kind is not GpuKind.NONE else (demand.gpu, demand.cpu_milli)
 
 
 def tightest(state: NodeState, allocations: Sequence[Allocation]) -> Allocation:

@@ -7,11 +7,13 @@ for large pods.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 from ..allocation import Allocation
 from ..capacity import allocated_milli, node_capacity_milli, node_free_milli
 from ..request import Demand
 from ..state import NodeState
-from .base import Policy, register
+from .base import Policy, gpu_only_key, register
 
 
 def utilisation_after(state: NodeState, alloc: Allocation) -> float:
@@ -26,6 +28,9 @@ def utilisation_after(state: NodeState, alloc: Allocation) -> float:
 @register
 class Binpack(Policy):
     name = "binpack"
+
+    def place_key(self, demand: Demand) -> Hashable:
+        return gpu_only_key(demand)
 
     def score(self, demand: Demand, state: NodeState, alloc: Allocation) -> float:
         return float(int(utilisation_after(state, alloc)))

@@ -15,11 +15,13 @@ Inside the node, the tightest GPU (lowest index on ties).
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 from ..allocation import Allocation
 from ..capacity import node_free_milli
 from ..request import MILLI, Demand, GpuKind, GpuRequest
 from ..state import NodeState
-from .base import Policy, register
+from .base import Policy, gpu_only_key, register
 from .bestfit import MAX_GPU_MILLI
 
 SHARE_TAG = "share"
@@ -62,6 +64,9 @@ def clustering_score(tag: str | None, tags_on_node: set[str], gpu_left: int) -> 
 @register
 class GpuClustering(Policy):
     name = "gpuclustering"
+
+    def place_key(self, demand: Demand) -> Hashable:
+        return gpu_only_key(demand)
 
     def score(self, demand: Demand, state: NodeState, alloc: Allocation) -> float:
         tags = {t for _, a in state.pods if (t := allocation_tag(a)) is not None}

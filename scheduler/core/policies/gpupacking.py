@@ -12,11 +12,13 @@ count and the tightest GPUs the pod would take (lowest index on ties):
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 from ..allocation import Allocation
 from ..capacity import free_milli
 from ..request import MILLI, Demand, GpuKind
 from ..state import NodeState
-from .base import Policy, register
+from .base import Policy, gpu_only_key, register
 
 
 def packing_score(state: NodeState, alloc: Allocation) -> float:
@@ -36,6 +38,9 @@ def packing_score(state: NodeState, alloc: Allocation) -> float:
 @register
 class GpuPacking(Policy):
     name = "gpupacking"
+
+    def place_key(self, demand: Demand) -> Hashable:
+        return gpu_only_key(demand)
 
     def score(self, demand: Demand, state: NodeState, alloc: Allocation) -> float:
         if demand.gpu.kind is GpuKind.NONE:
