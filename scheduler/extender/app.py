@@ -4,10 +4,15 @@ The verbs read the raw body (capped) and parse it as plain JSON, so unknown Pod 
 Node fields pass. Whatever goes wrong, a verb answers HTTP 200: filter and bind with
 ``Error`` set, prioritize with an empty list and preempt with no candidates (their Go
 types have no error field), each with an ``X-Gpuslice-Error`` header; nothing changes.
+
+Only bind changes anything, and the verbs and ``/debug`` answer only clients in
+``trusted_networks`` (by default loopback: kube-scheduler runs in gpuslice's pod); any
+other client gets 403. The admission webhook, ``/metrics`` and the probes answer everyone.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -45,10 +50,35 @@ async def read_body(request: Request, cap: int) -> bytes:
     return b"".join(chunks)
 
 
+def trusted_client(networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> Callable[[Request], bool]:
+    """Whether a request comes from one of ``networks``."""
+
+    def trusted(request: Request) -> bool:
+        client = request.client
+        if client is None:
+            return True  # a Unix socket
+        try:
+            address = ipaddress.ip_address(client.host)
+        except ValueError:
+            return True  # not TCP: an in-process ASGI client
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return any(address in network for network in networks)
+
+    return trusted
+
+
+def _forbidden(request: Request) -> Response:
+    host = request.client.host if request.client else "?"
+    message = f"{request.url.path} is served to kube-scheduler only; client {host} is not in trusted_networks"
+    return Response(wire.dumps({"error": message}), 403, media_type=JSON, headers={"X-Gpuslice-Error": message})
+
+
 def create_app(extender: Extender) -> FastAPI:
     config = extender.config
     cap = config.max_body_bytes
     metrics = extender.metrics
+    trusted = trusted_client([ipaddress.ip_network(n) for n in config.trusted_networks])
     app = FastAPI(title="gpuslice", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.extender = extender
     app.state.webhook_config = WebhookConfig.from_env(os.environ, prefix=config.prefix)
@@ -60,6 +90,9 @@ def create_app(extender: Extender) -> FastAPI:
         observe = metrics.latency.labels(name).observe
 
         async def endpoint(request: Request) -> Response:
+            if not trusted(request):
+                metrics.bad_requests.labels(name).inc()
+                return _forbidden(request)
             started = time.perf_counter()
             headers = None
             try:
@@ -117,11 +150,15 @@ def create_app(extender: Extender) -> FastAPI:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/debug/nodes")
-    async def nodes() -> Response:
+    async def nodes(request: Request) -> Response:
+        if not trusted(request):
+            return _forbidden(request)
         return Response(wire.dumps({"nodes": extender.describe()}), media_type=JSON)
 
     @app.get("/debug/nodes/{name}")
-    async def node(name: str) -> Response:
+    async def node(request: Request, name: str) -> Response:
+        if not trusted(request):
+            return _forbidden(request)
         found = extender.describe(name)
         if not found:
             return Response(wire.dumps({"error": f"node {name} is unknown to gpuslice"}), 404, media_type=JSON)

@@ -5,6 +5,7 @@ its path (``policy.workload[1].gpu-fraction: ...``) in one :class:`ConfigError`.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -22,6 +23,8 @@ from scheduler.core.request import DEFAULT_PREFIX, Demand, GpuKind, GpuRequest, 
 
 DEFAULT_PORT = 8686
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
+# kube-scheduler calls the extender from its own container in gpuslice's pod: over loopback.
+DEFAULT_TRUSTED_NETWORKS = ("127.0.0.0/8", "::1/128")
 ENV_PREFIX = "GPUSLICE_"
 
 _GPU_KEYS = ("gpu-fraction", "gpu-memory", "gpu-compute", "gpu-count", "mig-profile", "sharing", "gpu-model")
@@ -150,6 +153,9 @@ class ServeConfig(BaseModel):
     max_body_bytes: int = Field(DEFAULT_MAX_BODY, ge=1024, le=1024**3)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     kube: KubeSettings = KubeSettings()
+    # Where the extender verbs (filter, prioritize, bind, preempt) and /debug may be called from;
+    # anyone else gets 403. The webhook, /metrics and the probes answer everyone.
+    trusted_networks: tuple[str, ...] = DEFAULT_TRUSTED_NETWORKS
 
     @field_validator("prefix")
     @classmethod
@@ -164,6 +170,18 @@ class ServeConfig(BaseModel):
         value = value.rstrip("/")
         if value and not re.fullmatch(r"(/[A-Za-z0-9._~-]+)+", value):
             raise ValueError(f"must be empty or a path such as /gpuslice, got {value!r}")
+        return value
+
+    @field_validator("trusted_networks")
+    @classmethod
+    def _networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for network in value:
+            try:
+                ipaddress.ip_network(network)
+            except ValueError:
+                raise ValueError(
+                    f"{network!r} is not a network; accepted: CIDRs such as 127.0.0.0/8, ::1/128, 10.0.0.0/8"
+                ) from None
         return value
 
     @field_validator("tls_cert", "tls_key")

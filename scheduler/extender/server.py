@@ -27,6 +27,8 @@ class Server:
                 access_log=False,
                 lifespan="off",
                 timeout_keep_alive=30,
+                # The peer address decides who may call the verbs: never take it from a header.
+                proxy_headers=False,
             )
         )
         self._thread: threading.Thread | None = None
