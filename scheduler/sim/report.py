@@ -114,7 +114,7 @@ class Report:
             "unallocated %",
             "paper %",
             "Δ pp",
-            "bound %",
+            "bound: unalloc. %",
             "frag rate %",
             "failed pods",
             "s/run",
@@ -169,7 +169,7 @@ class Report:
                             ax.plot(ref[0], ref[1], color=color, linestyle="--", linewidth=1, label=f"{policy} (paper)")
                 ax.set_xlabel("arrived GPU request (% of capacity)")
                 ax.set_ylabel(ylabel)
-                ax.set_title(f"{trace}: {ylabel} (median, band: min-max over seeds)")
+                ax.set_title(f"{trace}: median over seeds, band min-max", fontsize=10)
                 ax.grid(True, alpha=0.3)
                 if kind == "unallocated" and ax.get_xlim()[1] > 100:
                     # the interesting part: where policies part ways, up to the end of the run
@@ -221,7 +221,8 @@ def _cell(value: object, sd: object = None, signed: bool = False, digits: int = 
 def markdown_table(rows: Sequence[dict[str, object]]) -> str:
     """The table as Markdown (for simulations/README.md)."""
     lines = [
-        "| trace | policy | seeds | unallocated % (ours) | paper % | Δ pp | bound % | frag rate % | failed pods |",
+        "| trace | policy | seeds | unallocated % (ours) | paper % | Δ pp | bound: unalloc. % | frag rate % "
+        "| failed pods |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:

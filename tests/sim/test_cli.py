@@ -57,7 +57,7 @@ def test_simulate_writes_the_issue_outputs(tmp_path: Path) -> None:
         assert tuple(next(csv.DictReader(handle))) == CURVE_COLUMNS
     assert (out / "two-gpus_unallocated.png").stat().st_size > 0
     assert (out / "two-gpus_frag_rate.png").stat().st_size > 0
-    assert "bound %" in result.output
+    assert "bound: unalloc. %" in result.output
 
 
 def test_simulate_in_worker_processes(tmp_path: Path) -> None:
