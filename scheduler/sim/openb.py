@@ -142,8 +142,12 @@ def pod_demand(path: Path, row: int, fields: Mapping[str, str | None]) -> Demand
 def read_pods(path: str | Path) -> tuple[SimPod, ...]:
     path = Path(path)
     pods: list[SimPod] = []
+    names: set[str] = set()
     for i, row in _rows(path, POD_COLUMNS):
         name = (row["name"] or "").strip() or f"pod-{i}"
+        if name in names:
+            raise TraceError(path, f"row {i}", f"name {name!r} appears twice (accepted: unique pod names)")
+        names.add(name)
         demand = pod_demand(path, i, row)
         created = _time(path, i, "creation_time", row.get("creation_time"))
         deleted = _time(path, i, "deletion_time", row.get("deletion_time"))

@@ -51,6 +51,7 @@ def test_openb_multigpu_files_have_fewer_columns(tmp_path: Path) -> None:
         ("p,1000,10,1,500,,LS,Running,9,3,0", "row 2: deletion_time 3 is before creation_time 9"),
         ("p,1000,10,1,500,,LS,Running,soon,,0", "row 2: creation_time 'soon' is not a number of seconds"),
         ("p,1000,10,1", "row 2: has 11 columns in the header but a different number in this row"),
+        ("ok,1000,10,1,500,,LS,Running,0,1,0", "row 2: name 'ok' appears twice"),
     ],
 )
 def test_openb_pod_errors_name_file_row_and_field(tmp_path: Path, row: str, message: str) -> None:
