@@ -320,7 +320,8 @@ def audit(api: FakeApiServer, prefix: str = PREFIX, namespace: str = LEDGER_NAME
         result.over_allocations.extend(_device_overuse(node, shares))
     for p in pods:
         notes = _notes(p)
-        if isinstance(notes.get(prefix + "allocation"), str) and not _node_of(p) and _live(p):
+        ours = notes.get(prefix + "bind-phase") == "allocating"  # a forged record is not gpuslice's to clean
+        if isinstance(notes.get(prefix + "allocation"), str) and ours and not _node_of(p) and _live(p):
             result.half_written.append(f"{pod_key(p)}: record ({notes.get(prefix + 'bind-phase')}) but no Binding")
     for name in sorted(set(nodes) | _ledger_nodes(api, namespace)):
         cm = api.configmap(namespace, ledger_name(name))
