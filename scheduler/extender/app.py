@@ -71,7 +71,9 @@ def trusted_client(networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network]
 def _forbidden(request: Request) -> Response:
     host = request.client.host if request.client else "?"
     message = f"{request.url.path} is served to kube-scheduler only; client {host} is not in trusted_networks"
-    return Response(wire.dumps({"error": message}), 403, media_type=JSON, headers={"X-Gpuslice-Error": message})
+    return Response(
+        wire.dumps({"error": message}), 403, media_type=JSON, headers={"X-Gpuslice-Error": _header(message)}
+    )
 
 
 def create_app(extender: Extender) -> FastAPI:
@@ -167,5 +169,9 @@ def create_app(extender: Extender) -> FastAPI:
     return app
 
 
+_CONTROL = str.maketrans({i: " " for i in (*range(32), 127)})
+
+
 def _header(text: str) -> str:
-    return text.encode("ascii", "replace").decode()[:500].replace("\r", " ").replace("\n", " ")
+    # A header value may hold no control character: h11 would drop the connection unanswered.
+    return text.encode("ascii", "replace").decode()[:500].translate(_CONTROL)

@@ -119,15 +119,20 @@ def filter_result(
             nodes = {"metadata": {}, "items": [args.nodes[i] for i in passed]}
         else:
             names = passed_names if passed_names is not None else [args.names[i] for i in passed]
-    return orjson.dumps(
-        {
-            "Nodes": nodes,
-            "NodeNames": names,
-            "FailedNodes": dict(failed) if failed else None,
-            "FailedAndUnresolvableNodes": dict(unresolvable) if unresolvable else None,
-            "Error": error,
-        }
-    )
+    try:
+        return orjson.dumps(
+            {
+                "Nodes": nodes,
+                "NodeNames": names,
+                "FailedNodes": dict(failed) if failed else None,
+                "FailedAndUnresolvableNodes": dict(unresolvable) if unresolvable else None,
+                "Error": error,
+            }
+        )
+    except orjson.JSONEncodeError as exc:  # the Nodes are echoed back: one may nest deeper than can be encoded
+        raise WireError(
+            f"ExtenderArgs.Nodes cannot be sent back: {exc}; accepted: Nodes as the API server serves them"
+        ) from exc
 
 
 def host_priorities(names: Sequence[str], scores: Sequence[int]) -> bytes:

@@ -4,6 +4,7 @@ catch-all internal error, and a message whenever a request is refused. See ``fuz
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 
@@ -65,3 +66,26 @@ def test_invalid_utf8_is_named_as_such(target: FuzzTarget) -> None:
     status, headers, _ = target._send(Probe("filter", "POST", "/filter", body))
     assert status == 200
     assert headers["x-gpuslice-error"].startswith("request body is not UTF-8: byte 0xff at offset 32")
+
+
+def test_a_control_character_in_an_error_message_still_gets_an_answer(target: FuzzTarget) -> None:
+    # Regression (found by benchmarks/fuzz_endpoints.py): a node name with a NUL in a preempt
+    # victims map went into the X-Gpuslice-Error header; h11 refused the header and the
+    # connection closed with no answer at all.
+    body = b'{"Pod": {"metadata": {"name": "p"}}, "NodeNameToMetaVictims": {"a\\u0000b\\u001b": {"Pods": [{}]}}}'
+    verdict = target.check(Probe("preempt", "POST", "/preempt", body))
+    assert verdict.ok and verdict.status == 200 and verdict.refused
+
+
+def test_full_nodes_too_deep_to_send_back_are_refused_with_a_message(target: FuzzTarget) -> None:
+    # Regression (found by benchmarks/fuzz_endpoints.py): filter echoes the Nodes it is sent; one
+    # nesting deeper than orjson encodes (255) parsed fine, then the reply failed as an internal error.
+    deep: object = 1
+    for _ in range(300):
+        deep = [deep]
+    node = {"metadata": {"name": "mps-a"}, "x": deep}
+    body = json.dumps({"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": [node]}})
+    verdict = target.check(Probe("filter", "POST", "/filter", body.encode()))
+    assert verdict.ok and verdict.refused
+    _, headers, _ = target._send(Probe("filter", "POST", "/filter", body.encode()))
+    assert "ExtenderArgs.Nodes cannot be sent back" in headers["x-gpuslice-error"]
