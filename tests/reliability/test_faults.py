@@ -235,3 +235,25 @@ def test_a_pod_deleted_between_filter_and_bind(api: CountingApiServer, clock: Fa
     assert "HTTP 404" in outcome[0] and "rolled back" in outcome[0]
     assert ledger_keys(api, "n1") == set()
     settle(api, clock, replica)
+
+
+def test_the_sweep_leaves_binds_in_progress_alone_and_skips_settled_ledgers(
+    api: CountingApiServer, clock: FakeClock, replicas: Make
+) -> None:
+    pods = cluster(api, 3)
+    replica = replicas()
+    assert bind(replica, pods[0], "n1") == ""  # settled: bound, ledger entry marked bound
+    api.fault("create", "pods/binding", status=503)  # p01 keeps its reservation and its record
+    assert "may still land" in bind(replica, pods[1], "n1")
+    report = replica.backend.sweep()
+    # fresh: nothing is touched (that bind may still be going on, or be retried)
+    assert (report.entries_dropped, report.records_removed) == (0, 0)
+    assert ledger_keys(api, "n1") == {"default/p00", "default/p01"} and record(api, "p01") is not None
+    clock.advance(KUBE_FAST["stale_allocation_s"] + 1)
+    report = replica.backend.sweep()
+    assert (report.ledgers, report.entries_dropped) == (1, 1)
+    assert ledger_keys(api, "n1") == {"default/p00"} and record(api, "p01") is None
+    lists = api.count("list", "pods")
+    report = replica.backend.sweep()  # every entry bound, every pod known to the watch: no call at all
+    assert report.ledgers == 0 and api.count("list", "pods") == lists + 1  # only the unbound pods' list
+    settle(api, clock, replica)
