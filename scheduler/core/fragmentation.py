@@ -66,6 +66,33 @@ class TypicalWorkload:
         return TypicalWorkload(tuple((Demand(cpu, 0, gpu), n / covered) for (cpu, gpu), n in chosen))
 
 
+class OnlineWorkload:
+    """The typical workload learned from the pods seen so far (nothing known in advance).
+
+    :meth:`observe` counts each arriving pod's shape; the estimate is refreshed when the
+    count reaches 16, 32, ..., 1024 and then every 1,024 pods, so a policy re-tunes
+    often while little is known and rarely once the mix is stable. Until the first
+    refresh, ``initial`` stands in.
+    """
+
+    def __init__(self, initial: TypicalWorkload, coverage: float = 0.95) -> None:
+        self.workload = initial
+        self.coverage = coverage
+        self.seen: Counter[Demand] = Counter()
+        self._count = 0
+        self._next = 16
+
+    def observe(self, demand: Demand) -> bool:
+        """Count one pod; True when the estimate was refreshed."""
+        self.seen[Demand(demand.cpu_milli, 0, demand.gpu)] += 1
+        self._count += 1
+        if self._count < self._next:
+            return False
+        self._next = self._next * 2 if self._next < 1024 else self._next + 1024
+        self.workload = TypicalWorkload.from_demands(self.seen.elements(), self.coverage)
+        return True
+
+
 def _whole(n: int) -> GpuRequest:
     return GpuRequest(GpuKind.WHOLE, n)
 

@@ -13,7 +13,7 @@ score is that placement's score.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 from ..allocation import Allocation
 from ..fragmentation import DEFAULT_WORKLOAD, Fragmentation, TypicalWorkload
@@ -31,6 +31,21 @@ def sigmoid_score(delta: float) -> float:
     """
     x = max(-50.0, min(50.0, delta / 1000))
     return float(math.floor((1.0 / (1.0 + math.exp(-x))) * 100.0))
+
+
+def same_outcome(state: NodeState, profiles: Sequence[tuple[int, int]], alloc: Allocation) -> Hashable:
+    """Allocations with equal keys leave the node in equivalent states (same models, usage and shares)."""
+    return tuple(
+        (
+            state.node.devices[s.index].model.name,
+            state.usage[s.index],
+            profiles[s.index],
+            s.memory_mib,
+            s.compute_milli,
+            s.mig,
+        )
+        for s in alloc.shares
+    )
 
 
 @register
@@ -55,17 +70,7 @@ class Fgd(Policy):
         tried: set[object] = set()
         for i, alloc in enumerate(allocations):
             # GPUs in the same state give the same F after: try each state once.
-            same = tuple(
-                (
-                    state.node.devices[s.index].model.name,
-                    state.usage[s.index],
-                    profiles[s.index],
-                    s.memory_mib,
-                    s.compute_milli,
-                    s.mig,
-                )
-                for s in alloc.shares
-            )
+            same = same_outcome(state, profiles, alloc)
             if same in tried:
                 continue
             tried.add(same)

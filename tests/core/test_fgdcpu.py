@@ -1,0 +1,74 @@
+"""fgd-cpu: FGD plus the GPU a node strands for lack of CPU, learned online. Cases by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from scheduler.core import Demand, GpuKind, GpuRequest, NodeState, TypicalWorkload, make_policy, rank
+from scheduler.core.fragmentation import OnlineWorkload
+from scheduler.core.policies.fgdcpu import FgdCpu, gpu_per_cpu
+from tests.builders import make_state
+
+WHOLE_12_CORES = Demand(12_000, 0, GpuRequest(GpuKind.WHOLE, 1))
+PINNED = TypicalWorkload(((WHOLE_12_CORES, 1.0),))
+
+
+def nodes() -> list[NodeState]:
+    """poor: 8 GPUs, 96 cores (12 per GPU); rich: 2 GPUs, 104 cores (52 per GPU)."""
+    return [
+        make_state(name="poor", gpus=8, mode="mps", cpu_milli=96_000),
+        make_state(name="rich", gpus=2, mode="mps", cpu_milli=104_000),
+    ]
+
+
+def test_ratio_of_the_typical_workload() -> None:
+    # one whole GPU (1000 milli) per 12 cores (12000 milli) -> 1/12
+    assert gpu_per_cpu(PINNED) == pytest.approx(1 / 12)
+
+
+def test_cpu_only_pod_goes_where_it_strands_no_gpu() -> None:
+    # r = 1/12. poor: before S = max(0, 8000 - 96000/12) = 0, F = 0 (a typical pod fits).
+    #   A 16-core pod leaves 80000: S = 8000 - 6666.7 = 1333.3, F still 0 -> C rises by 4 x 1333.3 = 5333.3:
+    #   score = 50 + 50 tanh(-5333.3 / 2000) = 50 - 49.52 = 0.48.
+    # rich: S = max(0, 2000 - 104000/12) = 0 before and after (88000/12 = 7333 > 2000) -> score 50.
+    cpu_only = Demand(16_000, 0)
+    ranking = rank(FgdCpu(PINNED, learn=False), cpu_only, nodes())
+    scores = {p.node: p.score for p in ranking.placements}
+    assert scores["rich"] == pytest.approx(50.0)
+    assert scores["poor"] == pytest.approx(50 + 50 * math.tanh(-(4 * (8000 - 80_000 / 12)) / 2000))
+    assert ranking.placements[0].node == "rich"
+    # FGD sees no fragmentation on either (one typical pod still fits both): a tie, left to node order
+    fgd = {p.node: p.score for p in rank(make_policy("fgd", workload=PINNED), cpu_only, nodes()).placements}
+    assert fgd["poor"] == fgd["rich"]
+
+
+def test_cpu_heavy_gpu_pod_goes_to_the_cpu_rich_node() -> None:
+    # One GPU and 20 cores. poor: after, 7000 milli-GPU and 76000 milli-CPU: S = 7000 - 76000/12 = 666.7,
+    #   F = 0 (the typical pod still fits) -> C rises by 4 x 666.7 = 2666.7 -> score below 50.
+    # rich: after, 1000 and 84000: S = max(0, 1000 - 7000) = 0, F = 0 -> score 50.
+    heavy = Demand(20_000, 0, GpuRequest(GpuKind.WHOLE, 1))
+    assert rank(FgdCpu(PINNED, learn=False), heavy, nodes()).placements[0].node == "rich"
+    # One GPU and 2 cores strands nothing anywhere: poor after, 94000/12 = 7833 >= 7000 -> S = 0: both 50.
+    light = Demand(2_000, 0, GpuRequest(GpuKind.WHOLE, 1))
+    scores = {p.node: p.score for p in rank(FgdCpu(PINNED, learn=False), light, nodes()).placements}
+    assert scores == {"poor": pytest.approx(50.0), "rich": pytest.approx(50.0)}
+
+
+def test_workload_is_learned_online_and_bumps_the_version() -> None:
+    policy = FgdCpu()
+    assert policy.version == 0
+    for _ in range(15):
+        policy.observe(WHOLE_12_CORES)
+    assert policy.version == 0  # the first estimate comes at 16 pods
+    policy.observe(WHOLE_12_CORES)
+    assert policy.version == 1
+    assert [d for d, _ in policy.fragmentation.workload.shapes] == [WHOLE_12_CORES]
+    assert policy.ratio == pytest.approx(1 / 12)
+
+
+def test_online_workload_refresh_schedule() -> None:
+    online = OnlineWorkload(PINNED)
+    refreshed = [n for n in range(1, 5000) if online.observe(WHOLE_12_CORES)]
+    assert refreshed == [16, 32, 64, 128, 256, 512, 1024, 2048, 3072, 4096]
