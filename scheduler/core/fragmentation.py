@@ -69,28 +69,41 @@ class TypicalWorkload:
 class OnlineWorkload:
     """The typical workload learned from the pods seen so far (nothing known in advance).
 
-    :meth:`observe` counts each arriving pod's shape; the estimate is refreshed when the
-    count reaches 16, 32, ..., 1024 and then every 1,024 pods, so a policy re-tunes
-    often while little is known and rarely once the mix is stable. Until the first
-    refresh, ``initial`` stands in.
+    :meth:`observe` counts each arriving pod's shape. The estimate is recomputed when
+    the count reaches 16, 32, ..., 1024 and then every 1,024 pods, and adopted only if it
+    moved: by more than ``tolerance`` in total variation from the one in use. A policy
+    thus re-tunes while little is known and keeps its caches once the mix is stable.
+    Until the first estimate, ``initial`` stands in.
     """
 
-    def __init__(self, initial: TypicalWorkload, coverage: float = 0.95) -> None:
+    def __init__(self, initial: TypicalWorkload, coverage: float = 0.95, tolerance: float = 0.05) -> None:
         self.workload = initial
         self.coverage = coverage
+        self.tolerance = tolerance
         self.seen: Counter[Demand] = Counter()
         self._count = 0
         self._next = 16
+        self._learned = False
 
     def observe(self, demand: Demand) -> bool:
-        """Count one pod; True when the estimate was refreshed."""
+        """Count one pod; True when a new estimate was adopted."""
         self.seen[Demand(demand.cpu_milli, 0, demand.gpu)] += 1
         self._count += 1
         if self._count < self._next:
             return False
         self._next = self._next * 2 if self._next < 1024 else self._next + 1024
-        self.workload = TypicalWorkload.from_demands(self.seen.elements(), self.coverage)
+        estimate = TypicalWorkload.from_demands(self.seen.elements(), self.coverage)
+        if self._learned and total_variation(estimate, self.workload) <= self.tolerance:
+            return False
+        self.workload, self._learned = estimate, True
         return True
+
+
+def total_variation(a: TypicalWorkload, b: TypicalWorkload) -> float:
+    """Half the L1 distance between two workloads' popularity over the union of their shapes."""
+    pa: dict[Demand, float] = dict(a.shapes)
+    pb: dict[Demand, float] = dict(b.shapes)
+    return 0.5 * sum(abs(pa.get(d, 0.0) - pb.get(d, 0.0)) for d in pa.keys() | pb.keys())
 
 
 def _whole(n: int) -> GpuRequest:

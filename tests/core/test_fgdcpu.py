@@ -68,7 +68,14 @@ def test_workload_is_learned_online_and_bumps_the_version() -> None:
     assert policy.ratio == pytest.approx(1 / 12)
 
 
-def test_online_workload_refresh_schedule() -> None:
+def test_online_workload_adopts_a_new_estimate_only_when_the_mix_moves() -> None:
+    other = Demand(4_000, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=500))
     online = OnlineWorkload(PINNED)
-    refreshed = [n for n in range(1, 5000) if online.observe(WHOLE_12_CORES)]
-    assert refreshed == [16, 32, 64, 128, 256, 512, 1024, 2048, 3072, 4096]
+    # a steady stream: the first estimate (at 16 pods) is adopted, the later ones equal it
+    assert [n for n in range(1, 3000) if online.observe(WHOLE_12_CORES)] == [16]
+    # the mix moves: 2999 of one shape, then 1000 of another. Recomputed at 3072 (73 new of 3072 pods:
+    # 2.4%: below the 95% coverage cut, so the estimate is unchanged) and at 4096 (1097 of 4096 = 0.27 > 0.05, adopted)
+    adopted = [n for n in range(3000, 4100) if online.observe(other)]
+    assert adopted == [4096]
+    shares = dict(online.workload.shapes)
+    assert shares[Demand(4_000, 0, other.gpu)] == pytest.approx(1097 / 4096)
