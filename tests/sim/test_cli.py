@@ -131,7 +131,7 @@ def test_bad_arguments_get_a_message_not_a_traceback(args: list[str], message: s
 
 def test_bad_file_gets_file_row_and_field(tmp_path: Path) -> None:
     header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
-    pods = openb_files(tmp_path, header + "ok,1,1,1,500\n" * 16 + "bad,1,1,1,abc\n")
+    pods = openb_files(tmp_path, header + "".join(f"ok-{i},1,1,1,500\n" for i in range(16)) + "bad,1,1,1,abc\n")
     result = runner.invoke(app, ["simulate", str(pods), "-q", "--workers", "1"])
     assert result.exit_code == 2
     assert "error: openb_pod_list_tiny.csv row 17: gpu_milli 'abc' is not an integer" in result.output
