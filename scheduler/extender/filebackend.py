@@ -172,7 +172,12 @@ class FileBackend:
                 return BindResult(error=f"pod {pod.key} is already on node {node} without a usable record")
             if not known:
                 return BindResult(error=f"node {node} not found")
-            records = [(k, text) for k, p in on_node if _live(p) and (text := self._record_text(p)) is not None]
+            # as the cache counts them: records of pods a gpuslice bind placed (bind-phase bound)
+            records = [
+                (k, text)
+                for k, p in on_node
+                if _live(p) and (text := self._record_text(p)) is not None and self._bound_by_us(p)
+            ]
             decision = decide(records)
             if isinstance(decision, str):
                 return BindResult(error=decision)
@@ -252,6 +257,9 @@ class FileBackend:
     def _record_text(self, obj: Mapping[str, Any]) -> str | None:
         text = ((obj.get("metadata") or {}).get("annotations") or {}).get(self.prefix + "allocation")
         return text if isinstance(text, str) else None
+
+    def _bound_by_us(self, obj: Mapping[str, Any]) -> bool:
+        return ((obj.get("metadata") or {}).get("annotations") or {}).get(self.prefix + "bind-phase") == "bound"
 
     def _record(self, key: str, obj: Mapping[str, Any]) -> Allocation | None:
         text = self._record_text(obj)

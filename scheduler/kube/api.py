@@ -111,8 +111,10 @@ class WatchStream:
 
     def close(self) -> None:
         self._closed = True
-        with contextlib.suppress(AttributeError, OSError):
-            self._response.shutdown()  # unblocks a read in progress in another thread
+        # unblocks a read in progress in another thread; urllib3 raises ValueError or RuntimeError
+        # when the connection is not in a state to shut down (not yet read from, already released)
+        with contextlib.suppress(AttributeError, OSError, ValueError, RuntimeError):
+            self._response.shutdown()
         self._response.close()
 
 
