@@ -71,12 +71,14 @@ class OnlineWorkload:
 
     :meth:`observe` counts each arriving pod's shape. The estimate is recomputed when
     the count reaches 16, 32, ..., 1024 and then every 1,024 pods, and adopted only if it
-    moved: by more than ``tolerance`` in total variation from the one in use. A policy
-    thus re-tunes while little is known and keeps its caches once the mix is stable.
+    moved (by more than ``tolerance`` in total variation from the one in use; by default,
+    at all). A policy thus re-tunes while little is known and keeps its caches while the
+    estimate stands still. (On the openb trace a tolerance of 0.05 kept a poor early
+    estimate and cost 0.15 point of unallocated GPU.)
     Until the first estimate, ``initial`` stands in.
     """
 
-    def __init__(self, initial: TypicalWorkload, coverage: float = 0.95, tolerance: float = 0.05) -> None:
+    def __init__(self, initial: TypicalWorkload, coverage: float = 0.95, tolerance: float = 0.0) -> None:
         self.workload = initial
         self.coverage = coverage
         self.tolerance = tolerance

@@ -74,7 +74,7 @@ def test_online_workload_adopts_a_new_estimate_only_when_the_mix_moves() -> None
     # a steady stream: the first estimate (at 16 pods) is adopted, the later ones equal it
     assert [n for n in range(1, 3000) if online.observe(WHOLE_12_CORES)] == [16]
     # the mix moves: 2999 of one shape, then 1000 of another. Recomputed at 3072 (73 new of 3072 pods:
-    # 2.4%: below the 95% coverage cut, so the estimate is unchanged) and at 4096 (1097 of 4096 = 0.27 > 0.05, adopted)
+    # 2.4%: below the 95% coverage cut, so the estimate is unchanged) and at 4096 (1097 of 4096: adopted)
     adopted = [n for n in range(3000, 4100) if online.observe(other)]
     assert adopted == [4096]
     shares = dict(online.workload.shapes)
