@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .allocation import Allocation
-from .fit import Fit, fit, gpu_fit, gpu_options, host_reason
+from .fit import Fit, device_share, fit, gpu_fit, host_reason
 from .memo import intern as _intern
 from .policies.base import Policy
 from .request import Demand, GpuKind, GpuRequest
@@ -138,6 +138,7 @@ class Scoreboard:
     """
 
     _MAX_TABLES = 512
+    _MAX_DEVICE_MEMO = 200_000
 
     def __init__(self, states: Iterable[NodeState] = (), order: Mapping[str, int] | None = None) -> None:
         self._states: list[NodeState] = []
@@ -147,6 +148,7 @@ class Scoreboard:
         self._log: list[int] = []
         self._tables: OrderedDict[int, _Table] = OrderedDict()
         self._hosts: OrderedDict[int, _Table] = OrderedDict()
+        self._device_hosts: dict[tuple[object, ...], bool] = {}
         self._cpu_free = np.zeros(0, dtype=np.int64)
         self._memory_free = np.zeros(0, dtype=np.int64)
         self._room = np.zeros(0, dtype=np.int64)
@@ -213,12 +215,50 @@ class Scoreboard:
 
     # ------------------------------------------------------------ scoring
 
+    def _host_count(self, gpu: GpuRequest, gpu_key: int, state: NodeState) -> int:
+        """How many of the node's GPUs can host one share of ``gpu``: ``len(gpu_options(...)[0])``,
+        answered per device from a memo keyed by what ``device_share`` reads (device kind,
+        its usage, the node's oversubscription), so an unchanged GPU is never asked twice."""
+        hit = state.memo.get(gpu_key)
+        if hit is not None:
+            return int(hit)
+        node = state.node
+        memo = self._device_hosts
+        count = 0
+        for device, usage in zip(node.devices, state.usage, strict=True):
+            key = (
+                gpu_key,
+                device.model.name,
+                device.model.memory_mib,
+                device.mode,
+                device.mps_client_limit,
+                device.replicas,
+                device.mig_instances,
+                device.mig_allowed,
+                node.mps_compute_oversub_pct,
+                node.ts_memory_oversub_pct,
+                usage,
+            )
+            hosts = memo.get(key)
+            if hosts is None:
+                hosts = (
+                    gpu.allows_model(device.model.name)
+                    and gpu.allows_mode(device.mode)
+                    and not isinstance(device_share(gpu, node, device, usage), str)
+                )
+                if len(memo) > self._MAX_DEVICE_MEMO:
+                    memo.clear()
+                memo[key] = hosts
+            count += hosts
+        state.memo[gpu_key] = count
+        return count
+
     def _host_counts(self, gpu: GpuRequest) -> np.ndarray:
         """Per node, how many GPUs can host one share of ``gpu`` (``fit``'s candidates)."""
         key = _intern(("hosts", gpu))
         table = self._hosts.get(key)
         if table is None:
-            counts = np.array([len(gpu_options(gpu, s)[0]) for s in self._states], dtype=np.float64)
+            counts = np.array([self._host_count(gpu, key, s) for s in self._states], dtype=np.float64)
             table = self._hosts[key] = _Table(counts, len(self._log))
             if len(self._hosts) > self._MAX_TABLES:
                 self._hosts.popitem(last=False)
@@ -226,7 +266,7 @@ class Scoreboard:
         self._hosts.move_to_end(key)
         if table.seen < len(self._log):
             for i in set(self._log[table.seen :]):
-                table.scores[i] = len(gpu_options(gpu, self._states[i])[0])
+                table.scores[i] = self._host_count(gpu, key, self._states[i])
             table.seen = len(self._log)
         return table.scores
 

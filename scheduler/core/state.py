@@ -44,8 +44,10 @@ def why_not(node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) 
     if share.memory_mib < 0 or share.compute_milli < 0:
         return "negative share"
     if share.memory_mib > device.memory_mib or share.compute_milli > MILLI:
-        return (f"needs {share.memory_mib} MiB and {share.compute_milli / 10:g}% compute on one GPU, "
-                f"GPU {device.index} has {device.memory_mib} MiB")
+        return (
+            f"needs {share.memory_mib} MiB and {share.compute_milli / 10:g}% compute on one GPU, "
+            f"GPU {device.index} has {device.memory_mib} MiB"
+        )
     mode = device.mode
     if mode is SharingMode.MIG:
         layout = device.model.mig
