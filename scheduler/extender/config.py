@@ -91,8 +91,8 @@ class PolicyConfig(BaseModel):
 
     @model_validator(mode="after")
     def _options(self) -> PolicyConfig:
-        if self.workload is not None and self.name != "fgd":
-            raise ValueError("'workload' is an option of the fgd policy only")
+        if self.workload is not None and self.name not in ("fgd", "fgd-cpu"):
+            raise ValueError("'workload' is an option of the fgd and fgd-cpu policies only")
         if self.workload is not None and not self.workload:
             raise ValueError("'workload' needs at least one shape")
         if self.seed is not None and self.name != "random":

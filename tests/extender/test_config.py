@@ -101,7 +101,7 @@ def test_tls_needs_both(tmp_path: Path) -> None:
 def test_options_of_another_policy_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("policy: {name: binpack, workload: [{gpu-count: '1', weight: 1}], seed: 3}\n")
-    with pytest.raises(ConfigError, match="'workload' is an option of the fgd policy only"):
+    with pytest.raises(ConfigError, match="'workload' is an option of the fgd and fgd-cpu policies only"):
         load_config(path, {})
 
 
