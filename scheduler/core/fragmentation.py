@@ -29,7 +29,7 @@ from .capacity import free_milli
 from .fit import device_share
 from .inventory import Device, Node
 from .request import Demand, GpuKind, GpuRequest
-from .state import DeviceUsage, NodeState, add_share
+from .state import DeviceUsage, NodeState, add_share, device_key
 
 _MEMO_LIMIT = 200_000
 
@@ -130,21 +130,6 @@ DEFAULT_WORKLOAD = TypicalWorkload(
 )
 
 
-def _device_key(node: Node, device: Device, usage: DeviceUsage) -> tuple[Any, ...]:
-    return (
-        device.model.name,
-        device.model.memory_mib,
-        device.mode,
-        device.mps_client_limit,
-        device.replicas,
-        device.mig_instances,
-        device.mig_allowed,
-        node.mps_compute_oversub_pct,
-        node.ts_memory_oversub_pct,
-        usage,
-    )
-
-
 class Fragmentation:
     """The fragmentation measure for one typical workload (memoised; not thread-safe by design:
     each worker owns its own, and the memo only ever caches pure results)."""
@@ -168,7 +153,7 @@ class Fragmentation:
 
     def device_profile(self, node: Node, device: Device, usage: DeviceUsage) -> tuple[int, int]:
         """(free milli-GPU, bit mask of the typical shapes one share of which fits)."""
-        key = _device_key(node, device, usage)
+        key = device_key(node, device, usage)
         hit = self._devices.get(key)
         if hit is not None:
             return hit

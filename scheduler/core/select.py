@@ -19,7 +19,7 @@ from .fit import Fit, device_share, fit, gpu_fit, host_reason
 from .memo import intern as _intern
 from .policies.base import Policy
 from .request import Demand, GpuKind, GpuRequest
-from .state import NodeState
+from .state import NodeState, device_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +148,7 @@ class Scoreboard:
         self._log: list[int] = []
         self._tables: OrderedDict[int, _Table] = OrderedDict()
         self._hosts: OrderedDict[int, _Table] = OrderedDict()
-        self._device_hosts: dict[tuple[object, ...], bool] = {}
+        self._device_hosts: dict[tuple[int, tuple[object, ...]], bool] = {}
         self._cpu_free = np.zeros(0, dtype=np.int64)
         self._memory_free = np.zeros(0, dtype=np.int64)
         self._room = np.zeros(0, dtype=np.int64)
@@ -226,19 +226,7 @@ class Scoreboard:
         memo = self._device_hosts
         count = 0
         for device, usage in zip(node.devices, state.usage, strict=True):
-            key = (
-                gpu_key,
-                device.model.name,
-                device.model.memory_mib,
-                device.mode,
-                device.mps_client_limit,
-                device.replicas,
-                device.mig_instances,
-                device.mig_allowed,
-                node.mps_compute_oversub_pct,
-                node.ts_memory_oversub_pct,
-                usage,
-            )
+            key = (gpu_key, device_key(node, device, usage))
             hosts = memo.get(key)
             if hosts is None:
                 hosts = (

@@ -29,6 +29,23 @@ class DeviceUsage:
 EMPTY = DeviceUsage()
 
 
+def device_key(node: Node, device: Device, usage: DeviceUsage) -> tuple[Any, ...]:
+    """Everything the capacity model reads of one GPU (its kind, its usage, the node's
+    oversubscription): GPUs with equal keys answer every fit question alike."""
+    return (
+        device.model.name,
+        device.model.memory_mib,
+        device.mode,
+        device.mps_client_limit,
+        device.replicas,
+        device.mig_instances,
+        device.mig_allowed,
+        node.mps_compute_oversub_pct,
+        node.ts_memory_oversub_pct,
+        usage,
+    )
+
+
 def is_whole(device: Device, share: DeviceShare) -> bool:
     return share.mig is None and share.memory_mib >= device.memory_mib and share.compute_milli >= MILLI
 

@@ -13,7 +13,7 @@ score is that placement's score.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 
 from ..allocation import Allocation
 from ..fragmentation import DEFAULT_WORKLOAD, Fragmentation, TypicalWorkload
@@ -48,6 +48,19 @@ def same_outcome(state: NodeState, profiles: Sequence[tuple[int, int]], alloc: A
     )
 
 
+def distinct(
+    state: NodeState, profiles: Sequence[tuple[int, int]], allocations: Sequence[Allocation]
+) -> Iterator[tuple[int, Allocation]]:
+    """(index, allocation) of the first of each group of equivalent allocations: GPUs in the
+    same state give the same outcome, so each state is tried once."""
+    tried: set[Hashable] = set()
+    for i, alloc in enumerate(allocations):
+        same = same_outcome(state, profiles, alloc)
+        if same not in tried:
+            tried.add(same)
+            yield i, alloc
+
+
 @register
 class Fgd(Policy):
     name = "fgd"
@@ -67,13 +80,7 @@ class Fgd(Policy):
         before = frag.node_frag(state)
         best_score = -math.inf
         best = 0
-        tried: set[object] = set()
-        for i, alloc in enumerate(allocations):
-            # GPUs in the same state give the same F after: try each state once.
-            same = same_outcome(state, profiles, alloc)
-            if same in tried:
-                continue
-            tried.add(same)
+        for i, alloc in distinct(state, profiles, allocations):
             candidate = sigmoid_score(before - frag.frag_after(state, alloc, profiles))
             if candidate > best_score:
                 best_score, best = candidate, i

@@ -37,7 +37,7 @@ from ..fragmentation import DEFAULT_WORKLOAD, Fragmentation, OnlineWorkload, Typ
 from ..request import MILLI, Demand, GpuKind, GpuRequest
 from ..state import NodeState
 from .base import Policy, register
-from .fgd import same_outcome
+from .fgd import distinct
 
 DEFAULT_STRANDING_WEIGHT = 4.0
 SCORE_SCALE_MILLI = 2000.0
@@ -99,12 +99,7 @@ class FgdCpu(Policy):
         before = frag.node_frag(state) + self.stranding_weight * self.stranded(gpu_free, state.cpu_free)
         best_cost = math.inf
         best = 0
-        tried: set[object] = set()
-        for i, alloc in enumerate(allocations):
-            same = same_outcome(state, profiles, alloc)
-            if same in tried:
-                continue
-            tried.add(same)
+        for i, alloc in distinct(state, profiles, allocations):
             cost = self._cost_after(state, alloc, profiles, gpu_free)
             if cost < best_cost:
                 best_cost, best = cost, i
