@@ -29,9 +29,8 @@ class DeviceUsage:
 EMPTY = DeviceUsage()
 
 
-def device_key(node: Node, device: Device, usage: DeviceUsage) -> tuple[Any, ...]:
-    """Everything the capacity model reads of one GPU (its kind, its usage, the node's
-    oversubscription): GPUs with equal keys answer every fit question alike."""
+def device_kind(device: Device) -> tuple[Any, ...]:
+    """What makes two GPUs interchangeable for the capacity model, apart from their usage."""
     return (
         device.model.name,
         device.model.memory_mib,
@@ -40,10 +39,13 @@ def device_key(node: Node, device: Device, usage: DeviceUsage) -> tuple[Any, ...
         device.replicas,
         device.mig_instances,
         device.mig_allowed,
-        node.mps_compute_oversub_pct,
-        node.ts_memory_oversub_pct,
-        usage,
     )
+
+
+def device_key(node: Node, device: Device, usage: DeviceUsage) -> tuple[Any, ...]:
+    """Everything the capacity model reads of one GPU (its kind, its usage, the node's
+    oversubscription): GPUs with equal keys answer every fit question alike."""
+    return (*device_kind(device), node.mps_compute_oversub_pct, node.ts_memory_oversub_pct, usage)
 
 
 def is_whole(device: Device, share: DeviceShare) -> bool:

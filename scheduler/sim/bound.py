@@ -46,9 +46,9 @@ from scipy.sparse import coo_matrix
 
 from scheduler.core.capacity import allocated_milli
 from scheduler.core.fit import fit
-from scheduler.core.inventory import Device, Node, SharingMode
+from scheduler.core.inventory import Node, SharingMode
 from scheduler.core.request import MILLI, Demand
-from scheduler.core.state import NodeState
+from scheduler.core.state import NodeState, device_kind
 
 from .model import TIMED, Trace, request_milli
 from .protocol import events as make_events
@@ -76,18 +76,6 @@ class Bound:
         return 100.0 * self.requested_milli / max(1, self.capacity_milli)
 
 
-def _device_kind(device: Device) -> tuple[Any, ...]:
-    return (
-        device.model.name,
-        device.model.memory_mib,
-        device.mode,
-        device.mps_client_limit,
-        device.replicas,
-        device.mig_instances,
-        device.mig_allowed,
-    )
-
-
 def _node_class(node: Node) -> tuple[Any, ...]:
     return (
         node.cpu_milli,
@@ -95,7 +83,7 @@ def _node_class(node: Node) -> tuple[Any, ...]:
         node.max_pods,
         node.mps_compute_oversub_pct,
         node.ts_memory_oversub_pct,
-        tuple(_device_kind(d) for d in node.devices),
+        tuple(device_kind(d) for d in node.devices),
         node.nvlink,
     )
 
@@ -189,7 +177,7 @@ def _class_rows(rows: _Rows, c: int, members: list[Node], variables: list[tuple[
     # per GPU, summed over the class's GPUs of one kind
     kinds: dict[tuple[Any, ...], list[int]] = {}
     for device in node.devices:
-        kinds.setdefault(_device_kind(device), []).append(device.index)
+        kinds.setdefault(device_kind(device), []).append(device.index)
     for indices in kinds.values():
         device = node.devices[indices[0]]
         gpus = n * len(indices)
