@@ -24,11 +24,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -236,8 +238,45 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
 
 
+class Connection:
+    """One keep-alive HTTP/1.1 connection on a raw socket: kube-scheduler's Go client costs
+    next to nothing, so the load generator must not either (http.client parses every
+    response's headers with the email package)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buffer = b""
+
+    def post(self, path: bytes, body: bytes) -> bytes:
+        head = b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+        self.sock.sendall(head % (path, len(body)) + body)
+        while (end := self.buffer.find(b"\r\n\r\n")) < 0:
+            self._read()
+        lines = self.buffer[:end].split(b"\r\n")
+        if not lines[0].startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"POST {path.decode()}: {lines[0].decode()}")
+        length = next(
+            int(v) for k, _, v in (line.partition(b":") for line in lines[1:]) if k.lower() == b"content-length"
+        )
+        start = end + 4
+        while len(self.buffer) < start + length:
+            self._read()
+        data, self.buffer = self.buffer[start : start + length], self.buffer[start + length :]
+        return data
+
+    def _read(self) -> None:
+        chunk = self.sock.recv(1 << 20)
+        if not chunk:
+            raise RuntimeError("the server closed the connection")
+        self.buffer += chunk
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 def play(
-    client: ExtenderClient,
+    port: int,
     nodes: list[dict[str, Any]],
     pods: list[dict[str, Any]],
     mode: str,
@@ -248,6 +287,11 @@ def play(
     by_name = {n["metadata"]["name"]: n for n in nodes}
     all_names = orjson.dumps(names)
     all_nodes = orjson.dumps({"metadata": {}, "items": nodes})
+    encoded = [orjson.dumps(pod) for pod in pods]  # as kube-scheduler's informer holds them, encoded once
+    binds = [
+        orjson.dumps({"PodName": p["metadata"]["name"], "PodNamespace": "bench", "PodUID": p["metadata"]["uid"]})[:-1]
+        for p in pods
+    ]
 
     def args(pod: bytes, survivors: list[str] | None) -> bytes:
         if mode == "names":
@@ -262,25 +306,33 @@ def play(
     prioritize_ms: list[float] = []
     unschedulable = 0
     pending: list[Future[str]] = []
+    local = threading.local()
+    opened: list[Connection] = []
 
-    def bind(pod: dict[str, Any], node: str) -> str:
-        return client.bind(pod, node)
+    def bind(i: int, node: str) -> str:
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            conn = local.conn = Connection(port)
+            opened.append(conn)
+        return str(orjson.loads(conn.post(b"/bind", binds[i] + b',"Node":' + orjson.dumps(node) + b"}"))["Error"])
 
+    conn = Connection(port)
+    score = itemgetter("Score")
     with ThreadPoolExecutor(binders) as pool:
         started = 0.0
-        for i, pod in enumerate(pods):
+        for i, pod in enumerate(encoded):
             if i == warmup:
                 for f in pending:
                     f.result()
                 pending.clear()
                 started = time.perf_counter()
-            body = orjson.dumps(pod)
+            body = args(pod, None)
             t0 = time.perf_counter()
-            status, data = client.request("POST", "/filter", args(body, None))
+            data = conn.post(b"/filter", body)
             t1 = time.perf_counter()
             result = orjson.loads(data)
-            if status != 200 or result.get("Error"):
-                raise RuntimeError(f"filter failed: {status} {data[:300]!r}")
+            if result.get("Error"):
+                raise RuntimeError(f"filter failed: {data[:300]!r}")
             if mode == "names":
                 survivors = result["NodeNames"] or []
             else:
@@ -290,16 +342,19 @@ def play(
             if not survivors:
                 unschedulable += i >= warmup
                 continue
+            body = args(pod, survivors)
             t2 = time.perf_counter()
-            status, data = client.request("POST", "/prioritize", args(body, survivors))
+            data = conn.post(b"/prioritize", body)
             t3 = time.perf_counter()
             if i >= warmup:
                 prioritize_ms.append((t3 - t2) * 1000)
             scores = orjson.loads(data)
-            top = max(scores, key=lambda hp: hp["Score"])["Host"] if scores else survivors[0]
-            pending.append(pool.submit(bind, pod, top))
+            top = max(scores, key=score)["Host"] if scores else survivors[0]
+            pending.append(pool.submit(bind, i, top))
         errors = sum(1 for f in pending if f.result())
         elapsed = time.perf_counter() - started
+    for c in [conn, *opened]:
+        c.close()
     measured = len(pods) - warmup
     return Result(filter_ms, prioritize_ms, measured / elapsed, len(pending) - errors, unschedulable, errors)
 
@@ -342,7 +397,7 @@ def run(args: argparse.Namespace) -> None:
             port = free_port()
             noop = [sys.executable, __file__, "--noop-port", str(port)]
             with running(noop, port, work / f"noop-{n}-{mode}.log") as client:
-                base = play(client, nodes, pods, mode, args.warmup)
+                base = play(port, nodes, pods, mode, args.warmup)
             base_p99 = pct([f + p for f, p in zip(base.filter_ms, base.prioritize_ms, strict=False)], 99)
             for policy in args.policy:
                 port = free_port()
@@ -359,7 +414,7 @@ def run(args: argparse.Namespace) -> None:
                     str(BODY_CAP),
                 ]
                 with running(command, port, work / f"serve-{n}-{mode}-{policy}.log") as client:
-                    got = play(client, nodes, pods, mode, args.warmup)
+                    got = play(port, nodes, pods, mode, args.warmup)
                     bad = over_allocated(client)
                 both = [f + p for f, p in zip(got.filter_ms, got.prioritize_ms, strict=False)]
                 row = (

@@ -117,6 +117,7 @@ class ClusterCache:
         self._uids: dict[str, str] = {}  # uid -> pod key
         self.generation = 0  # bumped on every change of any node state
         self.layout = 0  # bumped when a node joins or leaves the board (positions change)
+        self.inventory = 0  # bumped when any node's inventory or problem changes, or a node goes
 
     @contextmanager
     def locked(self) -> Iterator[ClusterCache]:
@@ -136,6 +137,7 @@ class ClusterCache:
         view = self.nodes.get(name)
         if obj is None:
             if view is not None:
+                self.inventory += 1
                 view.node, view.problem = None, ""
                 self._remove(name)
                 if not view.records:
@@ -152,6 +154,7 @@ class ClusterCache:
             if view.problem != str(exc):
                 log.warning("node unusable", extra={"node": name, "reason": str(exc)})
             view.node, view.problem = None, str(exc)
+            self.inventory += 1
             self._remove(name)
             self.generation += 1
             return
@@ -160,6 +163,7 @@ class ClusterCache:
         if view.problem:
             log.info("node usable again", extra={"node": name})
         view.node, view.problem, view.empty_fit = node, "", {}
+        self.inventory += 1
         self._rebuild(name, view)
 
     def _pod_changed(self, key: str, obj: Mapping[str, Any] | None) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -44,7 +44,10 @@ class Metrics:
             self.registry.register(_DeviceCollector(devices))
 
     def reject(self, reasons: Iterable[str]) -> None:
-        tally = Tally(reasons)
+        self.reject_counts(Tally(reasons))
+
+    def reject_counts(self, tally: Mapping[str, int]) -> None:
+        """Count ``tally[reason]`` rejections for each reason."""
         classes = self._classes
         for reason, n in tally.items():
             label = classes.get(reason)

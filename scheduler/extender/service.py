@@ -8,8 +8,8 @@ its decision in the cache at once so the next filter sees it.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,7 +48,8 @@ class Extender:
         self._parsed: OrderedDict[tuple[str, str], PodRequest | RequestError] = OrderedDict()
         self._recent: OrderedDict[str, PodRequest] = OrderedDict()  # uid -> request seen in filter
         self.metrics = Metrics(self._device_rows)
-        self._last_names: dict[str, tuple[int, list[str], np.ndarray]] = {}
+        self._listings: dict[str, _Listing] = {}  # "filter", "prioritize" -> the last list each got
+        self._board_entries: tuple[int, np.ndarray] = (-1, np.empty((2, 0), dtype=object))
 
     def start(self) -> None:
         self.backend.start(self.cache.on_change)
@@ -95,31 +96,44 @@ class Extender:
 
     # ------------------------------------------------------------ filter / prioritize
 
-    def _positions(self, names: Sequence[str], slot: str) -> np.ndarray:
-        """Each name's position on the board (-1 if unknown).
+    def _listing(self, names: Sequence[str], slot: str) -> _Listing:
+        """``names`` with their board positions, kept per ``slot`` while the same list comes again.
 
         kube-scheduler sends filter the same list again and again, and prioritize the list
         filter passed: comparing with the last list is cheaper than thousands of look-ups.
+        Caller holds the lock.
         """
         cache = self.cache
-        last = self._last_names.get(slot)
-        if last is not None and last[0] == cache.layout and last[1] == names:
-            return last[2]
-        positions = cache.board.positions(names)
-        self._last_names[slot] = (cache.layout, list(names), positions)
-        return positions
+        last = self._listings.get(slot)
+        if last is not None and last.layout == cache.layout and last.names == names:
+            return last
+        listing = _Listing(cache.layout, list(names), cache.board.positions(names))
+        self._listings[slot] = listing
+        return listing
 
-    def _scores(
-        self, policy: Policy, request: PodRequest, names: Sequence[str], slot: str
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(position of each name on the board or -1, its score or -inf). Caller holds the lock."""
+    def _entries(self) -> np.ndarray:
+        """Per board position, the node's name and its encoded HostPriority (``wire.host_entry``)."""
+        cache = self.cache
+        if self._board_entries[0] != cache.layout:
+            names = [s.node.name for s in cache.board.states]
+            entries = np.empty((2, len(names)), dtype=object)
+            entries[0] = names
+            entries[1] = [wire.host_entry(n) for n in names]
+            self._board_entries = (cache.layout, entries)
+        return self._board_entries[1]
+
+    def _scores(self, policy: Policy, request: PodRequest, listing: _Listing) -> np.ndarray:
+        """Each listed node's score, -inf where the pod does not fit or the node is unknown. Caller holds the lock."""
         board = self.cache.board
-        positions = self._positions(names, slot)
-        scores = np.full(len(names), -np.inf)
+        positions = listing.positions
+        if listing.all_known:
+            picked: np.ndarray = board.scores(policy, request.demand)[positions]
+            return picked
+        scores = np.full(len(positions), -np.inf)
         known = positions >= 0
         if known.any():
             scores[known] = board.scores(policy, request.demand)[positions[known]]
-        return positions, scores
+        return scores
 
     def filter(self, args: wire.ExtenderArgs) -> bytes:
         try:
@@ -132,57 +146,64 @@ class Extender:
             return wire.filter_result(None, error="gpuslice is not ready: the cluster state is not synced yet")
         if request.demand.gpu.kind is GpuKind.NONE:
             log.debug("filter: no GPU request", extra={"pod": request.key, "passed": len(args.names)})
-            return wire.filter_result(args, range(len(args.names)))
+            return wire.filter_result(args, range(len(args.names)), passed_names=list(args.names))
         policy = self.policy_for(request)
         failed: dict[str, str] = {}
-        unresolvable: dict[str, str] = {}
         cache = self.cache
         demand = request.demand
         demand_key = intern(demand)
         placement_key = intern((policy, policy.version, demand)) if policy.cacheable else None
         with cache.lock:
-            positions, scores = self._scores(policy, request, args.names, "filter")
-            fits = scores > -np.inf
+            listing = self._listing(args.names, "filter")
+            fits = self._scores(policy, request, listing) > -np.inf
             passed_at = np.flatnonzero(fits)
-            passed = passed_at.tolist()
-            passed_names = [args.names[i] for i in passed]
-            if passed:  # what prioritize will most likely be asked about next
-                self._last_names["prioritize"] = (cache.layout, passed_names, positions[passed_at])
-            states = cache.board.states
-            views = cache.nodes
-            where = positions.tolist()
-            for i in np.flatnonzero(~fits).tolist():
-                name = args.names[i]
-                if where[i] < 0:
-                    problem = cache.problem(name)
-                    if problem:
-                        unresolvable[name] = problem
+            if len(passed_at) == len(listing.names):
+                passed_names = listing.names
+            else:
+                passed_names = (
+                    self._entries()[0, listing.positions[passed_at]].tolist()
+                    if listing.all_known
+                    else [listing.names[i] for i in passed_at.tolist()]
+                )
+            last = self._listings.get("prioritize")
+            if len(passed_names) and not (last and last.layout == cache.layout and last.names == passed_names):
+                # what prioritize will most likely be asked about next
+                self._listings["prioritize"] = _Listing(cache.layout, passed_names, listing.positions[passed_at])
+            failing = np.flatnonzero(~fits)
+            verdict = listing.verdict(demand_key, cache.inventory) if len(failing) else None
+            if verdict is not None:
+                verdict.learn(
+                    failing, listing, lambda name: cache.unresolvable(name, demand, demand_key), cache.problem
+                )
+                states = cache.board.states
+                names = listing.names
+                where = listing.positions
+                for i in failing[~verdict.never[failing]].tolist():
+                    if where[i] < 0:
+                        failed[names[i]] = UNKNOWN_NODE
                     else:
-                        failed[name] = UNKNOWN_NODE
-                    continue
-                never = views[name].empty_fit.get(demand_key)
-                if never is None:
-                    never = cache.unresolvable(name, demand, demand_key)
-                if never:
-                    unresolvable[name] = never
-                else:
-                    # the score table has just evaluated this node: the reason is in its memo
-                    result = evaluate(policy, demand, states[where[i]], placement_key)
-                    failed[name] = result if isinstance(result, str) else "no longer fits"
-        if failed or unresolvable:
-            self.metrics.reject(list(failed.values()) + list(unresolvable.values()))
+                        # the score table has just evaluated this node: the reason is in its memo
+                        result = evaluate(policy, demand, states[where[i]], placement_key)
+                        failed[names[i]] = result if isinstance(result, str) else "no longer fits"
+        unresolvable_json, tally = verdict.encoded(listing, fits) if verdict is not None else (None, None)
+        if failed:
+            self.metrics.reject(failed.values())
+        if tally:
+            self.metrics.reject_counts(tally)
         log.info(
             "filter",
             extra={
                 "pod": request.key,
                 "request": request.demand.gpu.describe(),
-                "passed": len(passed),
+                "passed": len(passed_names),
                 "failed": len(failed),
-                "unresolvable": len(unresolvable),
-                "node": args.names[passed[0]] if len(passed) == 1 else None,
+                "unresolvable": verdict.count if verdict is not None else 0,
+                "node": passed_names[0] if len(passed_names) == 1 else None,
             },
         )
-        return wire.filter_result(args, passed, failed, unresolvable, passed_names=passed_names)
+        return wire.filter_result(
+            args, passed_at.tolist(), failed, passed_names=passed_names, unresolvable_json=unresolvable_json
+        )
 
     def prioritize(self, args: wire.ExtenderArgs) -> bytes:
         try:
@@ -192,23 +213,26 @@ class Extender:
             return wire.host_priorities(args.names, [0] * len(args.names))
         policy = self.policy_for(request)
         with self.cache.lock:
-            _, scores = self._scores(policy, request, args.names, "prioritize")
+            listing = self._listing(args.names, "prioritize")
+            scores = self._scores(policy, request, listing)
+            template = listing.template(self._entries) if listing.all_known else None
         fits = scores > -np.inf
-        out = np.zeros(len(args.names), dtype=np.int64)
+        out = np.zeros(len(scores), dtype=np.int64)
         if fits.any():
             values = scores[fits]
             if type(policy).normalize is not Policy.normalize:
                 values = np.asarray(policy.normalize(values.tolist()), dtype=np.float64)
             # core 0..100 -> extender 0..10, rounded half up
             out[fits] = np.clip(np.floor(values * wire.MAX_PRIORITY / 100 + 0.5), 0, wire.MAX_PRIORITY)
-        ranked = out.tolist()
-        if ranked:
+        if len(out):
             top = int(np.argmax(out))
             log.info(
                 "prioritize",
-                extra={"pod": request.key, "nodes": len(ranked), "node": args.names[top], "score": ranked[top]},
+                extra={"pod": request.key, "nodes": len(out), "node": listing.names[top], "score": int(out[top])},
             )
-        return wire.host_priorities(args.names, ranked)
+        if template is not None:
+            return template.encode(out)
+        return wire.host_priorities(listing.names, out.tolist())
 
     # ------------------------------------------------------------ bind
 
@@ -343,6 +367,94 @@ class Extender:
         for name, state in sorted(self.cache.snapshot().items()):
             for row in device_rows(state):
                 yield name, row
+
+
+class _Listing:
+    """One NodeNames list as it came, with what is worked out from it once: each name's board
+    position (-1 if unknown; valid while the board's ``layout`` stays), the encoded
+    prioritize answer, and per demand which nodes it can never fit (:class:`_Verdict`)."""
+
+    __slots__ = ("_template", "_verdicts", "all_known", "layout", "names", "positions")
+
+    _MAX_VERDICTS = 64
+
+    def __init__(self, layout: int, names: list[str], positions: np.ndarray) -> None:
+        self.layout = layout
+        self.names = names
+        self.positions = positions
+        self.all_known = bool(len(positions) == 0 or positions.min() >= 0)
+        self._template: wire.HostPriorities | None = None
+        self._verdicts: OrderedDict[int, _Verdict] = OrderedDict()
+
+    def template(self, entries: Callable[[], np.ndarray]) -> wire.HostPriorities:
+        """The prioritize answer for these names (all known), from the board's ``entries``."""
+        if self._template is None:
+            self._template = wire.HostPriorities(entries()[1, self.positions].tolist())
+        return self._template
+
+    def verdict(self, demand_key: int, inventory: int) -> _Verdict:
+        """What is known of ``demand`` on these nodes (inventories as of ``inventory``)."""
+        found = self._verdicts.get(demand_key)
+        if found is None or found.inventory != inventory:
+            found = self._verdicts[demand_key] = _Verdict(inventory, len(self.names))
+            if len(self._verdicts) > self._MAX_VERDICTS:
+                self._verdicts.popitem(last=False)
+        else:
+            self._verdicts.move_to_end(demand_key)
+        return found
+
+
+class _Verdict:
+    """Which listed nodes a demand can never fit, even empty, and why: those go to
+    FailedAndUnresolvableNodes. It depends only on the nodes' inventories, so it is worked
+    out once per node and the encoded map is reused until an inventory changes."""
+
+    __slots__ = ("_encoded", "count", "inventory", "known", "never", "reasons", "tally")
+
+    def __init__(self, inventory: int, size: int) -> None:
+        self.inventory = inventory
+        self.known = np.zeros(size, dtype=bool)
+        self.never = np.zeros(size, dtype=bool)
+        self.reasons: dict[int, str] = {}  # position in the listing -> why never
+        self.count = 0
+        self.tally: Counter[str] = Counter()
+        self._encoded: bytes | None = None
+
+    def learn(
+        self,
+        failing: np.ndarray,
+        listing: _Listing,
+        unresolvable: Callable[[str], str],
+        problem: Callable[[str], str],
+    ) -> None:
+        """Work out the ``failing`` nodes not seen before. Caller holds the cache lock."""
+        fresh = failing[~self.known[failing]]
+        if not len(fresh):
+            return
+        names, where = listing.names, listing.positions
+        for i in fresh.tolist():
+            name = names[i]
+            reason = unresolvable(name) if where[i] >= 0 else problem(name)
+            if reason:
+                self.never[i] = True
+                self.reasons[i] = reason
+                self.tally[reason] += 1
+        self.known[fresh] = True
+        self.count = len(self.reasons)
+        self._encoded = None
+
+    def encoded(self, listing: _Listing, fits: np.ndarray) -> tuple[bytes | None, Mapping[str, int]]:
+        """FailedAndUnresolvableNodes as JSON (None if there are none), and its reasons counted."""
+        if not self.reasons:
+            return None, {}
+        names = listing.names
+        if fits[self.never].any():  # cannot happen while the inventories stay: never leave a fit node out
+            log.warning("a node the pod can never fit passed filter; not cached", extra={"nodes": len(names)})
+            kept = {names[i]: r for i, r in sorted(self.reasons.items()) if not fits[i]}
+            return wire.dumps(kept) if kept else None, Counter(kept.values())
+        if self._encoded is None:
+            self._encoded = wire.dumps({names[i]: r for i, r in sorted(self.reasons.items())})
+        return self._encoded, self.tally
 
 
 def _pod_key(pod: Mapping[str, Any]) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import orjson
 
 MAX_PRIORITY = 10  # extenderv1.MaxExtenderPriority
@@ -97,8 +98,12 @@ def parse_args(body: bytes) -> ExtenderArgs:
     raw = field(top, "NodeNames")
     if raw is None:
         return ExtenderArgs(pod, [])
-    if not isinstance(raw, list) or not set(map(type, raw)) <= {str}:
+    if not isinstance(raw, list):
         raise WireError("ExtenderArgs.NodeNames must be an array of strings")
+    try:
+        "".join(raw)  # the quickest check that every item is a string: twice as fast as looking at each type
+    except TypeError:
+        raise WireError("ExtenderArgs.NodeNames must be an array of strings") from None
     return ExtenderArgs(pod, raw)
 
 
@@ -109,9 +114,11 @@ def filter_result(
     unresolvable: Mapping[str, str] | None = None,
     error: str = "",
     passed_names: list[str] | None = None,
+    unresolvable_json: bytes | None = None,
 ) -> bytes:
     """ExtenderFilterResult; ``passed`` are positions in ``args.names`` (``passed_names`` their
-    names, if at hand). Full Nodes in, Nodes out."""
+    names, if at hand). Full Nodes in, Nodes out. ``unresolvable_json``, if given, is the
+    FailedAndUnresolvableNodes map already encoded (``unresolvable`` is then ignored)."""
     names: list[str] | None = None
     nodes: dict[str, Any] | None = None
     if args is not None:
@@ -120,6 +127,11 @@ def filter_result(
         else:
             names = passed_names if passed_names is not None else [args.names[i] for i in passed]
     try:
+        if unresolvable_json is not None:
+            head = orjson.dumps({"Nodes": nodes, "NodeNames": names, "FailedNodes": dict(failed) if failed else None})
+            return (
+                head[:-1] + b',"FailedAndUnresolvableNodes":' + unresolvable_json + b',"Error":' + dumps(error) + b"}"
+            )
         return orjson.dumps(
             {
                 "Nodes": nodes,
@@ -138,6 +150,47 @@ def filter_result(
 def host_priorities(names: Sequence[str], scores: Sequence[int]) -> bytes:
     """HostPriorityList: the top-level array ``[{"Host", "Score"}]``."""
     return orjson.dumps([{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)])
+
+
+def host_entry(name: str) -> bytes:
+    """One HostPriority with two bytes left for its score (see :class:`HostPriorities`)."""
+    return b'{"Host":' + orjson.dumps(name) + b',"Score":  }'
+
+
+_TENS = np.array([ord(" ")] * 10 + [ord("1")], dtype=np.uint8)
+_ONES = np.array([ord("0") + s % 10 for s in range(MAX_PRIORITY + 1)], dtype=np.uint8)
+
+
+class HostPriorities:
+    """The HostPriorityList of one list of hosts, encoded once; each answer then only writes
+    the scores into a copy, two bytes each: ``" 7"`` or ``"10"`` (JSON allows the space).
+
+    Building 5,000 ``{"Host", "Score"}`` objects per answer took longer than scoring them.
+    """
+
+    __slots__ = ("_buffer", "_ones", "_tens")
+
+    def __init__(self, entries: Sequence[bytes]) -> None:
+        """``entries`` as :func:`host_entry` makes them, in answer order."""
+        self._buffer = np.frombuffer(b"[" + b",".join(entries) + b"]", dtype=np.uint8)
+        lengths = np.fromiter(map(len, entries), dtype=np.int64, count=len(entries))
+        # entry i ends, just before its "," or the closing "]", at sum(len + 1) over entries 0..i
+        self._tens = np.cumsum(lengths + 1) - 3
+        self._ones = self._tens + 1
+
+    def __len__(self) -> int:
+        return len(self._tens)
+
+    def encode(self, scores: np.ndarray) -> bytes:
+        """The answer for integer ``scores`` (0..MAX_PRIORITY), one per host in entry order."""
+        if len(scores) != len(self._tens):
+            raise ValueError(f"{len(scores)} scores for {len(self._tens)} hosts")
+        if len(scores) and (scores.min() < 0 or scores.max() > MAX_PRIORITY):
+            raise ValueError(f"scores must be 0..{MAX_PRIORITY}")
+        out = self._buffer.copy()
+        out[self._tens] = _TENS[scores]
+        out[self._ones] = _ONES[scores]
+        return out.tobytes()
 
 
 @dataclass(frozen=True, slots=True)
