@@ -149,7 +149,7 @@ def gpuslice_command() -> list[str]:
 
 
 @contextmanager
-def running(command: list[str], port: int, log: Path) -> Iterator[ExtenderClient]:
+def running(command: list[str], port: int, log: Path) -> Iterator[tuple[ExtenderClient, int]]:
     with log.open("wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
         client = ExtenderClient(f"http://127.0.0.1:{port}", timeout=120)
@@ -166,7 +166,7 @@ def running(command: list[str], port: int, log: Path) -> Iterator[ExtenderClient
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"not ready after 300 s; see {log}")
                 time.sleep(0.1)
-            yield client
+            yield client, proc.pid
         finally:
             client.close()
             proc.terminate()
@@ -225,6 +225,8 @@ def noop_app() -> Any:
 class Result:
     filter_ms: list[float]
     prioritize_ms: list[float]
+    server_cpu_ms: float  # the server's CPU time per measured pod (nan where /proc is not there)
+    driver_cpu_ms: float  # the driver's, likewise
     pods_per_s: float
     bound: int
     unschedulable: int
@@ -277,6 +279,7 @@ class Connection:
 
 def play(
     port: int,
+    server: int,
     nodes: list[dict[str, Any]],
     pods: list[dict[str, Any]],
     mode: str,
@@ -319,13 +322,14 @@ def play(
     conn = Connection(port)
     score = itemgetter("Score")
     with ThreadPoolExecutor(binders) as pool:
-        started = 0.0
+        started = server_cpu0 = driver_cpu0 = 0.0
         for i, pod in enumerate(encoded):
             if i == warmup:
                 for f in pending:
                     f.result()
                 pending.clear()
                 started = time.perf_counter()
+                server_cpu0, driver_cpu0 = cpu_seconds(server), time.process_time()
             body = args(pod, None)
             t0 = time.perf_counter()
             data = conn.post(b"/filter", body)
@@ -356,7 +360,27 @@ def play(
     for c in [conn, *opened]:
         c.close()
     measured = len(pods) - warmup
-    return Result(filter_ms, prioritize_ms, measured / elapsed, len(pending) - errors, unschedulable, errors)
+    server_cpu = (cpu_seconds(server) - server_cpu0) * 1000 / measured
+    driver_cpu = (time.process_time() - driver_cpu0) * 1000 / measured
+    return Result(
+        filter_ms,
+        prioritize_ms,
+        server_cpu,
+        driver_cpu,
+        measured / elapsed,
+        len(pending) - errors,
+        unschedulable,
+        errors,
+    )
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` and its threads so far (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def over_allocated(client: ExtenderClient) -> int:
@@ -381,13 +405,18 @@ def run(args: argparse.Namespace) -> None:
         "prio p99",
         "f+p p99",
         "pods/s",
+        "srv cpu/pod",
+        "drv cpu/pod",
         "noop f+p p99",
+        "noop pods/s",
+        "noop srv cpu/pod",
         "ratio p99",
         "ratio pods/s",
         "bound",
         "unsched",
         "bind err",
         "over-alloc",
+        "load 1m",
     )
     print(" | ".join(header), flush=True)
     for n in args.nodes:
@@ -396,8 +425,8 @@ def run(args: argparse.Namespace) -> None:
         for mode in args.mode:
             port = free_port()
             noop = [sys.executable, __file__, "--noop-port", str(port)]
-            with running(noop, port, work / f"noop-{n}-{mode}.log") as client:
-                base = play(port, nodes, pods, mode, args.warmup)
+            with running(noop, port, work / f"noop-{n}-{mode}.log") as (_, pid):
+                base = play(port, pid, nodes, pods, mode, args.warmup)
             base_p99 = pct([f + p for f, p in zip(base.filter_ms, base.prioritize_ms, strict=False)], 99)
             for policy in args.policy:
                 port = free_port()
@@ -413,8 +442,8 @@ def run(args: argparse.Namespace) -> None:
                     "--max-body-bytes",
                     str(BODY_CAP),
                 ]
-                with running(command, port, work / f"serve-{n}-{mode}-{policy}.log") as client:
-                    got = play(port, nodes, pods, mode, args.warmup)
+                with running(command, port, work / f"serve-{n}-{mode}-{policy}.log") as (client, pid):
+                    got = play(port, pid, nodes, pods, mode, args.warmup)
                     bad = over_allocated(client)
                 both = [f + p for f, p in zip(got.filter_ms, got.prioritize_ms, strict=False)]
                 row = (
@@ -427,19 +456,25 @@ def run(args: argparse.Namespace) -> None:
                     f"{pct(got.prioritize_ms, 99):.2f}",
                     f"{pct(both, 99):.2f}",
                     f"{got.pods_per_s:.0f}",
+                    f"{got.server_cpu_ms:.2f}",
+                    f"{got.driver_cpu_ms:.2f}",
                     f"{base_p99:.2f}",
+                    f"{base.pods_per_s:.0f}",
+                    f"{base.server_cpu_ms:.2f}",
                     f"{pct(both, 99) / base_p99:.2f}",
                     f"{got.pods_per_s / base.pods_per_s:.2f}",
                     str(got.bound),
                     str(got.unschedulable),
                     str(got.bind_errors),
                     str(bad),
+                    f"{os.getloadavg()[0]:.2f}",
                 )
                 rows.append(row)
                 print(" | ".join(row), flush=True)
     print(
         f"\n(times in ms, client side over HTTP; {args.pods} measured pods after {args.warmup} warm-up pods; "
-        f"noop = do-nothing endpoint on the same HTTP stack; logs in {work})"
+        "cpu/pod: CPU ms the server (srv) and this driver (drv) spent per measured pod, binds included; "
+        f"noop = do-nothing endpoint on the same HTTP stack; load 1m: the machine's load average; logs in {work})"
     )
     if not args.keep:
         for path in work.glob("cluster-*.json"):

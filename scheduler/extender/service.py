@@ -440,8 +440,9 @@ class _Verdict:
                 self.reasons[i] = reason
                 self.tally[reason] += 1
         self.known[fresh] = True
-        self.count = len(self.reasons)
-        self._encoded = None
+        if len(self.reasons) != self.count:
+            self.count = len(self.reasons)
+            self._encoded = None
 
     def encoded(self, listing: _Listing, fits: np.ndarray) -> tuple[bytes | None, Mapping[str, int]]:
         """FailedAndUnresolvableNodes as JSON (None if there are none), and its reasons counted."""
