@@ -132,3 +132,19 @@ def test_incremental_states_equal_a_rebuild() -> None:
     for key, pod in cache.pods.items():
         fresh.on_change(pod_change(json.loads(json.dumps(pod.obj)), key))
     assert fresh.state("a") == cache.state("a")
+
+
+def test_nodes_joining_between_reads_are_all_on_the_board() -> None:
+    cache = cache_with("a", "b", "c")  # joined in one go at the next read
+    assert [s.node.name for s in cache.board.states] == ["a", "b", "c"]
+    layout = cache.layout
+    cache.on_change(Change(Kind.NODE, "d", k8s_node("d", gpus=2)))
+    cache.on_change(Change(Kind.NODE, "e", k8s_node("e", gpus=1)))
+    cache.on_change(Change(Kind.NODE, "e", k8s_node("e", gpus=3)))  # changed before the board saw it
+    cache.on_change(Change(Kind.NODE, "b", None))
+    cache.on_change(Change(Kind.NODE, "d", None))  # gone before the board saw it
+    assert cache.layout > layout
+    assert [s.node.name for s in cache.board.states] == ["a", "c", "e"]
+    state = cache.state("e")
+    assert state is not None and len(state.node.devices) == 3
+    assert cache.board.positions(["e", "d", "a"]).tolist() == [2, -1, 0]
