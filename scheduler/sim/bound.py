@@ -7,26 +7,52 @@ Built so (``gpuslice bound``):
    is ignored: an offline packer that may reorder and knows the future can only do
    better than any online policy, so its optimum bounds every policy from above.
 2. Pods are grouped into shapes s (equal demands, n_s of them); nodes into classes c
-   (equal inventories, N_c of them). For each (s, c) the core itself decides whether s
-   fits on an empty node of c (``fit``), and what one pod takes there: its allocated
-   milli-GPU v_sc (``allocated_milli``, the objective's weight), and per GPU its compute,
-   memory, MIG slots and client/replica use. Shapes that fit no class are left out.
-3. Variables x_sc >= 0: how many pods of shape s go to class c. Maximise sum v_sc x_sc
-   subject to
-   * sum_c x_sc <= n_s                                            (each pod at most once)
+   (equal inventories, N_c of them); a class's GPUs into kinds k (``device_kind``, G_ck
+   GPUs of kind k in class c). For each (s, c) the core itself decides where s fits on an
+   empty node of c (``fit``; one candidate per GPU kind it may use) and what one pod takes
+   there: its allocated milli-GPU v (``allocated_milli``, the objective's weight), and on
+   each GPU kind its shares.
+3. Variables x_j >= 0: how many pods of shape s go to class c on candidate j. Maximise
+   sum v_j x_j subject to
+   * sum_j x_j <= n_s over the candidates of s                    (each pod at most once)
    * per class, summed over its N_c nodes: CPU, memory, pod slots  (per-node constraints)
-   * per class, summed over its GPUs of one kind: compute (x MPS oversubscription),
-     memory (x time-slicing oversubscription), MPS clients, time-slicing replicas,
-     exclusive GPUs, MIG memory slots and compute slices        (per-GPU constraints)
-   * packing cuts, valid for every integer placement: a GPU holds at most k shares of
-     more than 1/(k+1) of its compute or memory, and none beside a whole-GPU share
-     (k = 1..8); a node holds at most k pods of more than 1/(k+1) of its CPU, its memory
-     or its GPUs taken whole (k = 1..4).
-   Summing a per-node or per-GPU constraint over identical nodes or GPUs loses nothing
-   in the relaxation (any fractional solution can be averaged over them), so the sums
-   are as tight as the per-device LP; the cuts are what integrality adds back.
+     and the cuts "a node holds at most k pods of more than 1/(k+1) of its CPU, its memory
+     or its GPUs taken whole" (k = 1..4)
+   * per shared GPU kind (MPS, time-slicing): a configuration (pattern) model. A pattern
+     is a multiset of the share sizes placed on that kind that fits together on one empty
+     GPU: each share is added in turn with the core's own ``why_not``/``add_share``, so the
+     compute cap (x MPS oversubscription), the memory cap (x time-slicing
+     oversubscription), the MPS client limit and the time-slicing replicas are the core's.
+     Variables y_p >= 0: how many GPUs of (c, k) are filled after pattern p; per share
+     size t, the shares of size t placed on (c, k) <= sum_p y_p count_p(t); and
+     sum_p y_p + shares taken whole (alone on their GPU) <= G_ck.
+   * per exclusive GPU kind: whole GPUs <= G_ck; per MIG kind: memory slots, compute
+     slices and pre-created instances of each profile, summed over the kind's GPUs.
 4. Solved with HiGHS (``scipy.optimize.linprog(method="highs")``). The bound is
    min(LP optimum, requested GPU), as milli-GPU and as % of capacity.
+
+Why it is valid for every integer placement: take any placement and read x off it. On
+each shared GPU the shares it holds passed ``why_not`` one after another, and the core's
+rules for these modes compare running totals (memory, compute, share count) with fixed
+caps, so whether a multiset fits does not depend on order and every sub-multiset of one
+that fits fits too. Extend each GPU's multiset, size by size, until no size of the kind
+can be added: it becomes a *maximal* pattern. Counting GPUs per maximal pattern gives y;
+a GPU holds at most as many shares of each size as its pattern, so the linking rows
+hold with ``<=`` (a pod may always be left out), and each GPU is a pattern, a whole share
+or empty, so the GPU-count row holds. Hence only maximal patterns are enumerated: a
+dominated pattern (a sub-multiset of another) is never needed, and "maximal" is exactly
+"not dominated" because the sets that fit are closed under taking sub-multisets.
+Summing a per-node or per-GPU constraint over identical nodes or GPUs loses nothing in
+the relaxation (any fractional solution can be averaged over them); what the patterns add
+is the integrality of packing on one GPU (three pods of 0.6 on two GPUs: the sum says
+1.8, the patterns 1.2). What the relaxation still drops: which node a GPU belongs to
+(GPU and host resources are only tied per class) and integrality across GPUs.
+
+The enumeration is capped at ``PATTERN_CAP`` maximal patterns (and a proportional amount
+of search) per kind; where the cap is hit, that kind falls back to the summed rows
+(compute, memory, clients or replicas) and the packing cuts "a GPU holds at most k shares
+of more than 1/(k+1) of its compute or memory, none beside a whole-GPU share" (k = 1..8),
+and the result says so in ``notes``.
 
 Arrivals-only replays (the FGD protocol); with departures an offline bound would need
 time-indexed capacity, which this does not model.
@@ -44,17 +70,20 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
+from scheduler.core.allocation import Allocation, DeviceShare
 from scheduler.core.capacity import allocated_milli
 from scheduler.core.fit import fit
-from scheduler.core.inventory import Node, SharingMode
+from scheduler.core.inventory import Device, Node, SharingMode
 from scheduler.core.request import MILLI, Demand
-from scheduler.core.state import NodeState, device_kind
+from scheduler.core.state import EMPTY, DeviceUsage, NodeState, add_share, device_kind, is_whole, why_not
 
 from .model import TIMED, Trace, request_milli
 from .protocol import events as make_events
 
 GPU_CUTS = 8
 NODE_CUTS = 4
+PATTERN_CAP = 20_000
+SEARCH_PER_PATTERN = 20  # search steps allowed per pattern of the cap
 
 
 @dataclass(frozen=True)
@@ -66,6 +95,7 @@ class Bound:
     requested_milli: int
     bound_milli: float
     capacity_milli: int
+    notes: tuple[str, ...] = ()
 
     @property
     def bound_pct(self) -> float:
@@ -74,6 +104,15 @@ class Bound:
     @property
     def requested_pct(self) -> float:
         return 100.0 * self.requested_milli / max(1, self.capacity_milli)
+
+
+@dataclass(frozen=True)
+class Relaxation:
+    """The LP optimum (milli-GPU), how many patterns it used, and where it fell back to cuts."""
+
+    value: float
+    patterns: int = 0
+    notes: tuple[str, ...] = ()
 
 
 def _node_class(node: Node) -> tuple[Any, ...]:
@@ -109,13 +148,18 @@ def arrivals(
 
 
 class _Rows:
-    """Sparse constraint rows A x <= b."""
+    """Sparse constraint rows A x <= b over columns allocated with ``column``."""
 
     def __init__(self) -> None:
         self.rows: list[int] = []
         self.cols: list[int] = []
         self.vals: list[float] = []
         self.rhs: list[float] = []
+        self.objective: list[float] = []
+
+    def column(self, objective: float = 0.0) -> int:
+        self.objective.append(objective)
+        return len(self.objective) - 1
 
     def add(self, terms: Mapping[int, float], limit: float) -> None:
         terms = {j: v for j, v in terms.items() if v}
@@ -129,43 +173,77 @@ class _Rows:
         self.rhs.append(limit)
 
 
+def _candidates(demand: Demand, node: Node) -> list[Allocation]:
+    """``demand``'s allocations on an empty ``node``, one per distinct footprint (GPU kinds and
+    share sizes): GPUs of one kind are interchangeable here, GPUs of different kinds are not."""
+    found = fit(demand, NodeState.empty(node))
+    seen: dict[tuple[Any, ...], Allocation] = {}
+    for alloc in found.allocations:
+        footprint = tuple(
+            sorted(
+                (
+                    repr(device_kind(node.devices[s.index])),
+                    s.memory_mib,
+                    s.compute_milli,
+                    s.mig.profile if s.mig else "",
+                )
+                for s in alloc.shares
+            )
+        )
+        seen.setdefault(footprint, alloc)
+    return list(seen.values())
+
+
 def lp_bound(nodes: Sequence[Node], demands: Sequence[Demand]) -> float:
     """The LP optimum (milli-GPU) for placing ``demands`` on ``nodes``; see the module doc."""
+    return relax(nodes, demands).value
+
+
+def relax(nodes: Sequence[Node], demands: Sequence[Demand], pattern_cap: int = PATTERN_CAP) -> Relaxation:
+    """The LP relaxation of the module doc, with its pattern count and fallback notes."""
     shapes = Counter(demands)
     classes: dict[tuple[Any, ...], list[Node]] = {}
     for node in nodes:
         classes.setdefault(_node_class(node), []).append(node)
-    class_list = list(classes.values())
-    variables: list[tuple[Demand, int, Any]] = []  # (shape, class index, allocation on an empty node)
-    for demand in shapes:
-        for c, members in enumerate(class_list):
-            found = fit(demand, NodeState.empty(members[0]))
-            if found:
-                variables.append((demand, c, found.allocations[0]))
-    if not variables:
-        return 0.0
     rows = _Rows()
-    objective = np.array([-float(allocated_milli(a)) for _, _, a in variables])
-    by_shape: dict[Demand, dict[int, float]] = {}
-    for j, (demand, _, _) in enumerate(variables):
-        by_shape.setdefault(demand, {})[j] = 1.0
-    for demand, terms in by_shape.items():
-        rows.add(terms, shapes[demand])
-    for c, members in enumerate(class_list):
-        _class_rows(rows, c, members, variables)
-    a = coo_matrix((rows.vals, (rows.rows, rows.cols)), shape=(len(rows.rhs), len(variables))).tocsr()
-    result = linprog(objective, A_ub=a, b_ub=np.array(rows.rhs), bounds=(0, None), method="highs")
+    by_class: dict[int, list[tuple[int, Demand, Allocation]]] = {}
+    class_list = list(classes.values())
+    for demand, n in shapes.items():
+        terms: dict[int, float] = {}
+        for c, members in enumerate(class_list):
+            for alloc in _candidates(demand, members[0]):
+                j = rows.column(-float(allocated_milli(alloc)))
+                terms[j] = 1.0
+                by_class.setdefault(c, []).append((j, demand, alloc))
+        rows.add(terms, n)
+    if not rows.objective:
+        return Relaxation(0.0)
+    enumerated: dict[tuple[Any, ...], list[tuple[int, ...]] | None] = {}
+    patterns = 0
+    notes: list[str] = []
+    for c, mine in by_class.items():
+        members = class_list[c]
+        used, fell_back = _class_rows(rows, members, mine, enumerated, pattern_cap)
+        patterns += used
+        notes.extend(fell_back)
+    n_cols = len(rows.objective)
+    a = coo_matrix((rows.vals, (rows.rows, rows.cols)), shape=(len(rows.rhs), n_cols)).tocsr()
+    result = linprog(np.array(rows.objective), A_ub=a, b_ub=np.array(rows.rhs), bounds=(0, None), method="highs")
     if result.status != 0:
         raise RuntimeError(f"the LP solver failed: {result.message}")
-    return float(-result.fun)
+    return Relaxation(float(-result.fun), patterns, tuple(notes))
 
 
-def _class_rows(rows: _Rows, c: int, members: list[Node], variables: list[tuple[Demand, int, Any]]) -> None:
+def _class_rows(
+    rows: _Rows,
+    members: list[Node],
+    mine: list[tuple[int, Demand, Allocation]],
+    enumerated: dict[tuple[Any, ...], list[tuple[int, ...]] | None],
+    pattern_cap: int,
+) -> tuple[int, list[str]]:
+    """The rows of one node class; returns the patterns it added and its fallback notes."""
     node = members[0]
     n = len(members)
-    mine = [(j, d, a) for j, (d, cls, a) in enumerate(variables) if cls == c]
-    if not mine:
-        return
     # per node, summed over the class
     rows.add({j: d.cpu_milli for j, d, _ in mine}, n * node.cpu_milli)
     rows.add({j: d.memory_mib for j, d, _ in mine}, n * node.memory_mib)
@@ -174,78 +252,149 @@ def _class_rows(rows: _Rows, c: int, members: list[Node], variables: list[tuple[
         rows.add({j: 1.0 for j, d, _ in mine if d.cpu_milli * (k + 1) > node.cpu_milli}, k * n)
         rows.add({j: 1.0 for j, d, _ in mine if d.memory_mib * (k + 1) > node.memory_mib}, k * n)
         rows.add({j: 1.0 for j, _, a in mine if _whole_gpus(a, node) * (k + 1) > len(node.devices)}, k * n)
-    # per GPU, summed over the class's GPUs of one kind
+    # per GPU kind, summed over the class's GPUs of that kind
     kinds: dict[tuple[Any, ...], list[int]] = {}
     for device in node.devices:
         kinds.setdefault(device_kind(device), []).append(device.index)
-    for indices in kinds.values():
+    added = 0
+    notes: list[str] = []
+    for kind, indices in kinds.items():
         device = node.devices[indices[0]]
         gpus = n * len(indices)
-        members_idx = set(indices)
-
-        def on_kind(alloc: Any, members_idx: set[int] = members_idx) -> list[Any]:
-            return [s for s in alloc.shares if s.index in members_idx]
-
-        use = [(j, on_kind(a)) for j, _, a in mine]
-        use = [(j, shares) for j, shares in use if shares]
+        on_kind = set(indices)
+        use = [(j, [s for s in a.shares if s.index in on_kind]) for j, _, a in mine]
+        use = [(j, sh) for j, sh in use if sh]
         if not use:
             continue
-        mem = device.memory_mib
         if device.mode is SharingMode.MIG:
-            layout = device.model.mig
-            assert layout is not None
-            rows.add({j: sum(s.mig.size for s in sh if s.mig) for j, sh in use}, gpus * layout.memory_slots)
-            rows.add({j: sum(s.mig.slices for s in sh if s.mig) for j, sh in use}, gpus * layout.compute_slices)
-            if device.mig_static:
-                for profile in {i.profile.name for i in device.mig_instances}:
-                    have = sum(1 for i in device.mig_instances if i.profile.name == profile)
-                    rows.add(
-                        {j: sum(1 for s in sh if s.mig and s.mig.profile == profile) for j, sh in use}, gpus * have
-                    )
+            _mig_rows(rows, device, gpus, use)
             continue
-        whole = {j: sum(1 for s in sh if s.compute_milli >= MILLI and s.memory_mib >= mem) for j, sh in use}
+        whole = {j: sum(1 for s in sh if is_whole(node.devices[s.index], s)) for j, sh in use}
         if device.mode is SharingMode.EXCLUSIVE:
             rows.add({j: len(sh) for j, sh in use}, gpus)
             continue
-        compute_cap = MILLI * node.mps_compute_oversub_pct / 100 if device.mode is SharingMode.MPS else None
-        memory_cap = mem * (node.ts_memory_oversub_pct / 100 if device.mode is SharingMode.TIME_SLICING else 1)
-        if compute_cap is not None:
-            rows.add({j: sum(s.compute_milli for s in sh) for j, sh in use}, gpus * compute_cap)
-            rows.add({j: len(sh) for j, sh in use}, gpus * device.mps_client_limit)
-        else:
-            rows.add({j: len(sh) for j, sh in use}, gpus * device.replicas)
-        rows.add({j: sum(s.memory_mib for s in sh) for j, sh in use}, gpus * memory_cap)
-        for k in range(1, GPU_CUTS + 1):
-            for size, cap in ((_compute, compute_cap), (_memory, memory_cap)):
-                if cap is None:
-                    continue
-                limit = cap
-                terms = {j: _big_shares(sh, size, limit, k, mem) + k * whole[j] for j, sh in use}
-                rows.add(terms, k * gpus)
+        sizes = sorted(
+            {(s.compute_milli, s.memory_mib) for _, sh in use for s in sh if not is_whole(device, s)}, reverse=True
+        )
+        key = (kind, node.mps_compute_oversub_pct, node.ts_memory_oversub_pct, tuple(sizes))
+        if key not in enumerated:
+            enumerated[key] = share_patterns(node, device, sizes, pattern_cap)
+        found = enumerated[key]
+        if found is None:
+            notes.append(
+                f"{n} node(s) like {node.name}, {len(indices)} x {device.model.name} ({device.mode}): more than "
+                f"{pattern_cap} share patterns (or too long a search) for {len(sizes)} share sizes; "
+                "summed rows and packing cuts instead"
+            )
+            _cut_rows(rows, node, device, gpus, use, whole)
+            continue
+        ys = [rows.column() for _ in found]
+        added += len(ys)
+        for t, size in enumerate(sizes):
+            terms = {j: float(sum(1 for s in sh if (s.compute_milli, s.memory_mib) == size)) for j, sh in use}
+            terms.update({y: -float(p[t]) for y, p in zip(ys, found, strict=True) if p[t]})
+            rows.add(terms, 0.0)
+        rows.add({**{j: float(w) for j, w in whole.items()}, **{y: 1.0 for y in ys}}, gpus)
+    return added, notes
 
 
-def _whole_gpus(alloc: Any, node: Node) -> int:
+def share_patterns(
+    node: Node, device: Device, sizes: Sequence[tuple[int, int]], cap: int = PATTERN_CAP
+) -> list[tuple[int, ...]] | None:
+    """The maximal multisets of shares (``sizes``: (compute milli, memory MiB)) that fit on one
+    empty ``device`` of ``node``, as counts per size; None if more than ``cap`` of them, or if
+    the search takes more than ``SEARCH_PER_PATTERN * cap`` steps.
+
+    Each share is added with the core's ``why_not``/``add_share``; a multiset is maximal when no
+    size can be added. The last size is always taken as often as it fits (fewer would leave
+    room for one more, so the multiset would not be maximal)."""
+    shares = [DeviceShare(device.uuid, device.index, device.mode, memory, compute) for compute, memory in sizes]
+    out: list[tuple[int, ...]] = []
+    fits: dict[tuple[DeviceUsage, int], DeviceUsage | None] = {}
+    budget = [SEARCH_PER_PATTERN * cap]
+
+    def after(usage: DeviceUsage, t: int) -> DeviceUsage | None:
+        key = (usage, t)
+        if key not in fits:
+            budget[0] -= 1
+            fits[key] = None if why_not(node, device, usage, shares[t]) else add_share(device, usage, shares[t])
+        return fits[key]
+
+    last = len(shares) - 1
+
+    def walk(t: int, usage: DeviceUsage, counts: list[int]) -> bool:
+        if budget[0] < 0 or len(out) > cap:
+            return False
+        chain = [usage]
+        while (more := after(chain[-1], t)) is not None:
+            chain.append(more)
+        if t == last:
+            if all(after(chain[-1], u) is None for u in range(last)):
+                out.append((*counts, len(chain) - 1))
+            return True
+        return all(walk(t + 1, chain[count], [*counts, count]) for count in range(len(chain) - 1, -1, -1))
+
+    if not shares:
+        return []
+    complete = walk(0, EMPTY, [])
+    return out if complete and len(out) <= cap else None
+
+
+def _mig_rows(rows: _Rows, device: Device, gpus: int, use: list[tuple[int, list[DeviceShare]]]) -> None:
+    layout = device.model.mig
+    assert layout is not None
+    rows.add({j: sum(s.mig.size for s in sh if s.mig) for j, sh in use}, gpus * layout.memory_slots)
+    rows.add({j: sum(s.mig.slices for s in sh if s.mig) for j, sh in use}, gpus * layout.compute_slices)
+    if device.mig_static:
+        for profile in {i.profile.name for i in device.mig_instances}:
+            have = sum(1 for i in device.mig_instances if i.profile.name == profile)
+            rows.add({j: sum(1 for s in sh if s.mig and s.mig.profile == profile) for j, sh in use}, gpus * have)
+
+
+def _cut_rows(
+    rows: _Rows,
+    node: Node,
+    device: Device,
+    gpus: int,
+    use: list[tuple[int, list[DeviceShare]]],
+    whole: Mapping[int, int],
+) -> None:
+    """The fallback for a shared kind with too many patterns: summed caps and packing cuts."""
+    mem = device.memory_mib
+    compute_cap = MILLI * node.mps_compute_oversub_pct / 100 if device.mode is SharingMode.MPS else None
+    memory_cap = mem * (node.ts_memory_oversub_pct / 100 if device.mode is SharingMode.TIME_SLICING else 1)
+    if compute_cap is not None:
+        rows.add({j: sum(s.compute_milli for s in sh) for j, sh in use}, gpus * compute_cap)
+        rows.add({j: len(sh) for j, sh in use}, gpus * device.mps_client_limit)
+    else:
+        rows.add({j: len(sh) for j, sh in use}, gpus * device.replicas)
+    rows.add({j: sum(s.memory_mib for s in sh) for j, sh in use}, gpus * memory_cap)
+    for k in range(1, GPU_CUTS + 1):
+        for size, cap in ((_compute, compute_cap), (_memory, memory_cap)):
+            if cap is None:
+                continue
+            terms = {j: _big_shares(device, sh, size, cap, k) + k * whole[j] for j, sh in use}
+            rows.add(terms, k * gpus)
+
+
+def _whole_gpus(alloc: Allocation, node: Node) -> int:
     """How many whole GPUs an allocation takes (shares of a GPU do not count)."""
-    return sum(
-        1
-        for s in alloc.shares
-        if s.mig is None and s.compute_milli >= MILLI and s.memory_mib >= node.devices[s.index].memory_mib
-    )
+    return sum(1 for s in alloc.shares if is_whole(node.devices[s.index], s))
 
 
-def _compute(share: Any) -> float:
+def _compute(share: DeviceShare) -> float:
     return float(share.compute_milli)
 
 
-def _memory(share: Any) -> float:
+def _memory(share: DeviceShare) -> float:
     return float(share.memory_mib)
 
 
-def _big_shares(shares: list[Any], size: Callable[[Any], float], cap: float, k: int, memory: int) -> int:
+def _big_shares(
+    device: Device, shares: list[DeviceShare], size: Callable[[DeviceShare], float], cap: float, k: int
+) -> int:
     """How many of ``shares`` (whole-GPU shares aside) exceed 1/(k+1) of ``cap``."""
-    return sum(
-        1 for s in shares if size(s) * (k + 1) > cap and not (s.compute_milli >= MILLI and s.memory_mib >= memory)
-    )
+    return sum(1 for s in shares if size(s) * (k + 1) > cap and not is_whole(device, s))
 
 
 def bound(
@@ -254,5 +403,15 @@ def bound(
     demands = arrivals(trace, seed, pct, inflate, shuffle)
     reference = trace.reference_memory_mib()
     requested = sum(request_milli(d, reference) for d in demands)
-    value = min(float(requested), float(trace.capacity_milli), lp_bound(trace.nodes, demands)) if demands else 0.0
-    return Bound(trace.name, seed, pct if pct is not None else -1, len(demands), requested, value, trace.capacity_milli)
+    relaxation = relax(trace.nodes, demands) if demands else Relaxation(0.0)
+    value = min(float(requested), float(trace.capacity_milli), relaxation.value) if demands else 0.0
+    return Bound(
+        trace.name,
+        seed,
+        pct if pct is not None else -1,
+        len(demands),
+        requested,
+        value,
+        trace.capacity_milli,
+        relaxation.notes,
+    )
