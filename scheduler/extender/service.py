@@ -146,7 +146,9 @@ class Extender:
             return wire.filter_result(None, error="gpuslice is not ready: the cluster state is not synced yet")
         if request.demand.gpu.kind is GpuKind.NONE:
             log.debug("filter: no GPU request", extra={"pod": request.key, "passed": len(args.names)})
-            return wire.filter_result(args, range(len(args.names)), passed_names=list(args.names))
+            with self.cache.lock:  # prioritize will be asked about the same list
+                self._listings["prioritize"] = listing = self._listing(args.names, "filter")
+            return wire.filter_result(args, range(len(args.names)), passed_names=listing.names)
         policy = self.policy_for(request)
         failed: dict[str, str] = {}
         cache = self.cache
