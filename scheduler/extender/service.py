@@ -20,7 +20,7 @@ from scheduler.core.errors import RequestError
 from scheduler.core.memo import intern
 from scheduler.core.policies import REGISTRY, Policy, make_policy
 from scheduler.core.request import GpuKind, PodRequest, parse_pod
-from scheduler.core.select import evaluate, fit_cached
+from scheduler.core.select import evaluate, fit_cached, placement_key
 from scheduler.core.state import rebuild
 
 from . import logs, wire
@@ -154,7 +154,7 @@ class Extender:
         cache = self.cache
         demand = request.demand
         demand_key = intern(demand)
-        placement_key = intern((policy, policy.version, demand)) if policy.cacheable else None
+        placed_key = placement_key(policy, demand)  # the score table's memo key
         with cache.lock:
             listing = self._listing(args.names, "filter")
             fits = self._scores(policy, request, listing) > -np.inf
@@ -185,7 +185,7 @@ class Extender:
                         failed[names[i]] = UNKNOWN_NODE
                     else:
                         # the score table has just evaluated this node: the reason is in its memo
-                        result = evaluate(policy, demand, states[where[i]], placement_key)
+                        result = evaluate(policy, demand, states[where[i]], placed_key)
                         failed[names[i]] = result if isinstance(result, str) else "no longer fits"
         unresolvable_json, tally = verdict.encoded(listing, fits) if verdict is not None else (None, None)
         if failed:
@@ -253,15 +253,25 @@ class Extender:
         decided: list[Allocation] = []
 
         def decide(records: Sequence[tuple[str, str]]) -> Allocation | str:
+            others = {k: text for k, text in records if k != key}
             with cache.lock:
                 view = cache.nodes.get(args.node)
                 node = view.node if view is not None else None
                 problem = view.problem if view is not None else ""
+                # The cache's state of the node, if it counts exactly these records: it is the
+                # state rebuild() would give, with the placements filter just worked out in its memo.
+                same = view is not None and not view.errors and key not in view.records and view.records == others
+                counted = cache.state(args.node) if same else None
             if node is None:
                 return f"node {args.node}: {problem}" if problem else f"node {args.node} is unknown to gpuslice"
-            state, problems = rebuild(node, [(k, text) for k, text in records if k != key])
-            for p in problems:
-                log.warning("allocation record rejected", extra={"node": args.node, "pod": p.pod, "reason": p.problem})
+            if counted is not None and counted.node is node:
+                state = counted
+            else:
+                state, problems = rebuild(node, others.items())
+                for p in problems:
+                    log.warning(
+                        "allocation record rejected", extra={"node": args.node, "pod": p.pod, "reason": p.problem}
+                    )
             placed = evaluate(policy, request.demand, state)
             if isinstance(placed, str):
                 return placed

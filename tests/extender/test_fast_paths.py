@@ -179,3 +179,17 @@ def test_a_node_that_changes_model_is_judged_again(serve: Any) -> None:
     served.extender.cache.on_change(Change(Kind.NODE, "a", k8s_node("a", gpus=1, model="T4", mode="time-slicing")))
     got = served.post("filter", filter_args(pod, ["a", "t4"]))
     assert got["FailedNodes"] is None and list(got["FailedAndUnresolvableNodes"]) == ["a", "t4"]
+
+
+def test_bind_decides_against_the_backends_records_when_the_cache_counts_others(serve: Any) -> None:
+    from scheduler.core.allocation import Allocation, DeviceShare
+    from scheduler.core.inventory import SharingMode
+
+    pod = k8s_pod("p", gpu_memory="60000")
+    served = serve(k8s_node("a", gpus=1), pod)
+    # the cache counts a bind in flight that the backend never saw: the GPU looks full
+    ghost = Allocation("a", (DeviceShare("a-gpu0", 0, SharingMode.MPS, 81920, 1000, None),), 0, 0)
+    served.extender.cache.reserve("default/ghost", "uid-ghost", ghost)
+    assert served.post("filter", filter_args(pod, ["a"]))["NodeNames"] == []
+    # bind reads the node's records from the backend, where the GPU is free
+    assert served.post("bind", binding(pod, "a")) == {"Error": ""}
