@@ -44,6 +44,19 @@ def free_milli(device: Device, usage: DeviceUsage) -> int:
     return memory_share
 
 
+GAP_LEVELS = 100  # gap histograms count a GPU's free share in hundredths
+
+
+def gap_level(free: int) -> int:
+    """A free share in milli-GPU as a gap level, 0..GAP_LEVELS."""
+    return free * GAP_LEVELS // MILLI
+
+
+def gap_levels(state: NodeState) -> list[int]:
+    """Each GPU's free share as a gap level (0: full or unusable, GAP_LEVELS: idle)."""
+    return [gap_level(free_milli(d, u)) for d, u in zip(state.node.devices, state.usage, strict=True)]
+
+
 def node_free_milli(state: NodeState) -> int:
     return sum(free_milli(d, u) for d, u in zip(state.node.devices, state.usage, strict=True))
 

@@ -70,7 +70,7 @@ class OnlineWorkload:
     """The typical workload learned from the pods seen so far (nothing known in advance).
 
     :meth:`observe` counts each arriving pod's shape. The estimate is recomputed when
-    the count reaches 16, 32, ..., 1024 and then every 1,024 pods, and adopted only if it
+    the count reaches 16, 32, 64, ... (each doubling), and adopted only if it
     moved (by more than ``tolerance`` in total variation from the one in use; by default,
     at all). A policy thus re-tunes while little is known and keeps its caches while the
     estimate stands still. (On the openb trace a tolerance of 0.05 kept a poor early
@@ -93,7 +93,7 @@ class OnlineWorkload:
         self._count += 1
         if self._count < self._next:
             return False
-        self._next = self._next * 2 if self._next < 1024 else self._next + 1024
+        self._next *= 2
         estimate = TypicalWorkload.from_demands(self.seen.elements(), self.coverage)
         if self._learned and total_variation(estimate, self.workload) <= self.tolerance:
             return False

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .allocation import Allocation
+from .capacity import GAP_LEVELS, free_after, free_milli, gap_level, gap_levels
 from .fit import Fit, device_share, fit, gpu_fit, host_reason
 from .memo import intern as _intern
 from .policies.base import Policy
@@ -114,14 +115,26 @@ def best(
     return ranking.placements[0] if ranking.placements else None
 
 
+def gap_move(demand: Demand, state: NodeState, result: Placement | str) -> tuple[int, int]:
+    """The (before, after) gap level of the GPU a placement shares; (-1, -1) unless it is
+    one share of one GPU."""
+    if isinstance(result, str) or demand.gpu.kind is not GpuKind.SHARE or len(result.allocation.shares) != 1:
+        return -1, -1
+    share = result.allocation.shares[0]
+    before = free_milli(state.node.devices[share.index], state.usage[share.index])
+    return gap_level(before), gap_level(free_after(state, result.allocation))
+
+
 class _Table:
-    """Every node's score for one (policy, demand), valid up to ``seen`` in the change log."""
+    """Every node's score for one (policy, demand), valid up to ``seen`` in the change log;
+    for gap-aware policies also each placement's gap move (see :func:`gap_move`)."""
 
-    __slots__ = ("scores", "seen")
+    __slots__ = ("moves", "scores", "seen")
 
-    def __init__(self, scores: np.ndarray, seen: int) -> None:
+    def __init__(self, scores: np.ndarray, seen: int, moves: np.ndarray | None = None) -> None:
         self.scores = scores
         self.seen = seen
+        self.moves = moves
 
 
 class Scoreboard:
@@ -152,6 +165,7 @@ class Scoreboard:
         self._cpu_free = np.zeros(0, dtype=np.int64)
         self._memory_free = np.zeros(0, dtype=np.int64)
         self._room = np.zeros(0, dtype=np.int64)
+        self._gaps = np.zeros(GAP_LEVELS + 1, dtype=np.int64)
         for state in states:
             self._index[state.node.name] = len(self._states)
             self._states.append(state)
@@ -168,12 +182,20 @@ class Scoreboard:
         self._cpu_free = np.array([s.cpu_free for s in self._states], dtype=np.int64)
         self._memory_free = np.array([s.memory_free for s in self._states], dtype=np.int64)
         self._room = np.array([s.node.max_pods - len(s.pods) for s in self._states], dtype=np.int64)
+        self._gaps = np.bincount(
+            [level for s in self._states for level in gap_levels(s)], minlength=GAP_LEVELS + 1
+        ).astype(np.int64)
 
     # ------------------------------------------------------------ state
 
     @property
     def states(self) -> Sequence[NodeState]:
         return self._states
+
+    @property
+    def gaps(self) -> np.ndarray:
+        """How many GPUs of the cluster have each free share, in hundredths (index 0..100)."""
+        return self._gaps
 
     def __len__(self) -> int:
         return len(self._states)
@@ -193,8 +215,13 @@ class Scoreboard:
             self._states.append(state)
             self._reset()
             return
-        if self._states[i] is state:
+        old = self._states[i]
+        if old is state:
             return
+        for level in gap_levels(old):
+            self._gaps[level] -= 1
+        for level in gap_levels(state):
+            self._gaps[level] += 1
         self._states[i] = state
         self._cpu_free[i] = state.cpu_free
         self._memory_free[i] = state.memory_free
@@ -276,23 +303,34 @@ class Scoreboard:
 
         The cached table holds, per (policy, place key), the scores of every node the GPU
         request fits, whatever the pod's CPU and memory; those are applied on each call.
+        A gap-aware policy's scores then pass through its ``adjust`` with the cluster's
+        gap histogram, which changes with every pod and so is never cached.
         """
         states = self._states
         fits = self._fits(demand)
+        aware = policy.gap_aware
         if not policy.cacheable:
             scores = np.full(len(states), -np.inf)
+            moves = np.full((2, len(states)), -1, dtype=np.int64) if aware else None
             for j in np.flatnonzero(fits).tolist():
-                scores[j] = _score(evaluate(policy, demand, states[j]))
-            return scores
+                result = evaluate(policy, demand, states[j])
+                scores[j] = _score(result)
+                if moves is not None:
+                    moves[:, j] = gap_move(demand, states[j], result)
+            return policy.adjust(demand, scores, moves, self._gaps) if moves is not None else scores
         key = placement_key(policy, demand)
         assert key is not None
         table = self._tables.get(key)
         if table is None:
             gpu_fits = self._gpu_fits(demand.gpu)
-            cached = np.full(len(states), -np.inf)
+            table = _Table(
+                np.full(len(states), -np.inf),
+                len(self._log),
+                np.full((2, len(states)), -1, dtype=np.int64) if aware else None,
+            )
             for j in np.flatnonzero(gpu_fits).tolist():
-                cached[j] = _score(_place(policy, demand, states[j], key))
-            table = self._tables[key] = _Table(cached, len(self._log))
+                self._refresh(table, policy, demand, j, key)
+            self._tables[key] = table
             if len(self._tables) > self._MAX_TABLES:
                 self._tables.popitem(last=False)
         else:
@@ -300,9 +338,21 @@ class Scoreboard:
             if table.seen < len(self._log):
                 gpu_fits = self._gpu_fits(demand.gpu)
                 for i in set(self._log[table.seen :]):
-                    table.scores[i] = _score(_place(policy, demand, states[i], key)) if gpu_fits[i] else -np.inf
+                    if gpu_fits[i]:
+                        self._refresh(table, policy, demand, i, key)
+                    else:
+                        table.scores[i] = -np.inf
                 table.seen = len(self._log)
-        return np.where(fits, table.scores, -np.inf)
+        scores = np.where(fits, table.scores, -np.inf)
+        if table.moves is not None:
+            return policy.adjust(demand, scores, table.moves, self._gaps)
+        return scores
+
+    def _refresh(self, table: _Table, policy: Policy, demand: Demand, i: int, key: int) -> None:
+        result = _place(policy, demand, self._states[i], key)
+        table.scores[i] = _score(result)
+        if table.moves is not None:
+            table.moves[:, i] = gap_move(demand, self._states[i], result)
 
     def scores(self, policy: Policy, demand: Demand) -> np.ndarray:
         """Every node's raw score in :attr:`states` order, ``-inf`` where the pod does not fit.

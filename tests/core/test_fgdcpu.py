@@ -73,9 +73,23 @@ def test_online_workload_adopts_a_new_estimate_only_when_the_mix_moves() -> None
     online = OnlineWorkload(PINNED)
     # a steady stream: the first estimate (at 16 pods) is adopted, the later ones equal it
     assert [n for n in range(1, 3000) if online.observe(WHOLE_12_CORES)] == [16]
-    # the mix moves: 2999 of one shape, then 1000 of another. Recomputed at 3072 (73 new of 3072 pods:
-    # 2.4%: below the 95% coverage cut, so the estimate is unchanged) and at 4096 (1097 of 4096: adopted)
+    # the mix moves: 2999 of one shape, then 1000 of another. Estimates come at each doubling
+    # (..., 2048, 4096): at 4096, 1097 of 4096 pods are the new shape: adopted
     adopted = [n for n in range(3000, 4100) if online.observe(other)]
     assert adopted == [4096]
     shares = dict(online.workload.shapes)
     assert shares[Demand(4_000, 0, other.gpu)] == pytest.approx(1097 / 4096)
+
+
+def test_simulator_does_not_hand_fgd_cpu_the_whole_trace_workload() -> None:
+    # FGD is given the trace's typical pods (the paper's protocol); fgd-cpu must learn its own.
+    from scheduler.core import DEFAULT_WORKLOAD
+    from scheduler.sim.engine import build_policy
+
+    trace_wide = TypicalWorkload(((Demand(4_000, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=470)), 1.0),))
+    fgd = build_policy("fgd", 42, trace_wide)
+    assert fgd.fragmentation.workload is trace_wide  # type: ignore[attr-defined]
+    policy = build_policy("fgd-cpu", 42, trace_wide)
+    assert isinstance(policy, FgdCpu)
+    assert policy.online is not None and policy.online.workload is DEFAULT_WORKLOAD
+    assert policy.fragmentation.workload is DEFAULT_WORKLOAD

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
+
 from ..allocation import Allocation
 from ..capacity import free_after
 from ..request import Demand, GpuKind
@@ -28,6 +30,9 @@ class Policy:
     # The node is a uniform draw among the feasible ones, whatever their state (random):
     # a Scoreboard then caches only feasibility and lets draw() pick the winner.
     uniform_choice: ClassVar[bool] = False
+    # Scores also weigh the whole cluster's histogram of GPU free shares: a Scoreboard then
+    # passes its cached scores through adjust() on every call (see Scoreboard.gaps).
+    gap_aware: ClassVar[bool] = False
 
     def place_key(self, demand: Demand) -> Hashable:
         """What of ``demand`` :meth:`place` depends on. Placements are cached per node state
@@ -49,6 +54,13 @@ class Policy:
 
     def observe(self, demand: Demand) -> None:
         """Called once per pod that arrives, before it is scored (online policies learn here)."""
+
+    def adjust(self, demand: Demand, scores: np.ndarray, moves: np.ndarray, gaps: np.ndarray) -> np.ndarray:
+        """For ``gap_aware`` policies: every node's score (``-inf`` where the pod does not fit)
+        given the cluster. ``moves[:, j]`` is the (before, after) free level, in hundredths of a
+        GPU, of the one GPU the node's placement shares (-1 when it takes whole GPUs or several);
+        ``gaps[h]`` counts the cluster's GPUs whose free share is at level ``h``."""
+        return scores
 
     def draw(self, candidates: int) -> int:
         """For ``uniform_choice`` policies: the winner's index among ``candidates`` feasible nodes."""

@@ -1,0 +1,105 @@
+"""The cluster gap histogram (Scoreboard.gaps) and fgd-cpu's gap balance term. Cases by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.core import Demand, GpuKind, GpuRequest, NodeState, TypicalWorkload, fit
+from scheduler.core.capacity import GAP_LEVELS, gap_levels
+from scheduler.core.policies.fgdcpu import FgdCpu
+from scheduler.core.select import Scoreboard
+from tests.builders import make_state
+
+WHOLE = Demand(0, 0, GpuRequest(GpuKind.WHOLE, 1))
+ONLY_WHOLE = TypicalWorkload(((WHOLE, 1.0),))
+
+
+def share(milli: int) -> Demand:
+    return Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=milli))
+
+
+def holding(name: str, *millis: int) -> NodeState:
+    """A one-GPU MPS node with a share of each size in ``millis`` on it."""
+    state = make_state(name=name, gpus=1, mode="mps", cpu_milli=64_000)
+    for k, milli in enumerate(millis):
+        state = state.apply(f"{name}-{k}", fit(share(milli), state).allocations[0])
+    return state
+
+
+def test_adjust_subtracts_the_rise_in_squared_gap_counts() -> None:
+    # Histogram: 3 GPUs with 530 milli free (level 53), 4 idle (level 100): 7 GPUs.
+    # Smallest share seen: 470 -> levels 47..99 are live, 100 (idle) and below 47 are not.
+    # node 0: 100 -> 53: rise = (2 * 3 + 1) - 0 = 7       -> 50 - 7 = 43 (weight 7 / 7 GPUs = 1 a unit)
+    # node 1:  53 -> 6:  rise = 0 - (2 * 3 - 1) = -5      -> 50 + 5 = 55 (level 6 is dead)
+    # node 2: whole GPUs (no move)                          -> 50
+    # node 3: does not fit                                  -> -inf
+    policy = FgdCpu(ONLY_WHOLE, learn=False, balance_weight=7.0)
+    policy.observe(share(470))
+    gaps = np.zeros(GAP_LEVELS + 1, dtype=np.int64)
+    gaps[53], gaps[100] = 3, 4
+    moves = np.array([[100, 53, -1, -1], [53, 6, -1, -1]])
+    scores = np.array([50.0, 50.0, 50.0, -np.inf])
+    out = policy.adjust(share(470), scores, moves, gaps)
+    assert out.tolist() == [43.0, 55.0, 50.0, -np.inf]
+    # whole-GPU pods and a zero weight leave the scores alone
+    assert policy.adjust(WHOLE, scores, moves, gaps).tolist() == scores.tolist()
+    off = FgdCpu(ONLY_WHOLE, learn=False, balance_weight=0.0)
+    assert off.adjust(share(470), scores, moves, gaps).tolist() == scores.tolist()
+
+
+def test_small_share_goes_to_the_common_hole() -> None:
+    # Typical workload: whole GPUs only, so any partly used GPU is all fragment:
+    #   "half"  (470 on it, 530 free): a 160 share leaves 370 -> fragmentation falls by 160;
+    #   "big-k" (810 on it, 190 free): a 160 share leaves 30  -> fragmentation falls by 160.
+    # A local tie, which node order would give to "half" (listed first). The cluster has
+    # three 190 holes and one 530 hole; with 160 the smallest share seen, level 3 is dead:
+    #   big-k: 19 -> 3:  rise = 0 - (2 * 3 - 1) = -5;   half: 53 -> 37: rise = 1 - 1 = 0.
+    states = [holding("half", 470)] + [holding(f"big-{k}", 810) for k in range(3)]
+    order = {s.node.name: i for i, s in enumerate(states)}
+    pod = share(160)
+    plain = FgdCpu(ONLY_WHOLE, learn=False, balance_weight=0.0)
+    plain.observe(pod)
+    placed = Scoreboard(states, order).best(plain, pod)
+    assert placed is not None and placed.node == "half"
+    balanced = FgdCpu(ONLY_WHOLE, learn=False)
+    balanced.observe(pod)
+    placed = Scoreboard(states, order).best(balanced, pod)
+    assert placed is not None and placed.node == "big-0"
+
+
+def histogram(states: list[NodeState]) -> list[int]:
+    return np.bincount([lv for s in states for lv in gap_levels(s)], minlength=GAP_LEVELS + 1).tolist()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([100, 160, 320, 470, 810, 1000])), max_size=25))
+def test_gap_histogram_follows_every_change(steps: list[tuple[int, int]]) -> None:
+    states = [make_state(name=f"n{i}", gpus=2, mode="mps") for i in range(4)]
+    board = Scoreboard(states)
+    for k, (i, milli) in enumerate(steps):
+        state = board.states[i]
+        demand = WHOLE if milli == 1000 else share(milli)
+        found = fit(demand, state)
+        if found:
+            board.put(state.apply(f"p{k}", found.allocations[0]))
+        elif state.pods:  # nothing fits: free the oldest pod instead
+            board.put(state.release(state.pods[0][0]))
+        assert board.gaps.tolist() == histogram(list(board.states))
+    assert int(board.gaps.sum()) == 8
+
+
+@pytest.mark.parametrize("weight", [0.0, 125.0])
+def test_board_scores_are_the_adjusted_local_scores(weight: float) -> None:
+    states = [holding("a", 470), holding("b", 160), holding("c"), holding("d", 320, 320)]
+    policy = FgdCpu(ONLY_WHOLE, learn=False, balance_weight=weight)
+    pod = share(230)
+    policy.observe(pod)
+    board = Scoreboard(states)
+    local = np.array([policy.place(pod, s, fit(pod, s).allocations)[0] for s in states])
+    before = [gap_levels(s)[0] for s in states]
+    after = [lv - 23 for lv in before]
+    expected = policy.adjust(pod, local, np.array([before, after]), board.gaps)
+    assert board.scores(policy, pod) == pytest.approx(expected)
