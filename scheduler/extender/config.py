@@ -105,7 +105,8 @@ class PolicyConfig(BaseModel):
             shapes = tuple((s.demand(), s.weight / total) for s in self.workload)
             if not any(d.gpu.kind is not GpuKind.NONE for d, _ in shapes):
                 raise ConfigError("policy.workload: needs at least one shape with a GPU request")
-            return {"workload": TypicalWorkload(shapes)}
+            # fgd scores against this workload; fgd-cpu starts from it and learns from the pods it sees
+            return {"prior" if self.name == "fgd-cpu" else "workload": TypicalWorkload(shapes)}
         if self.seed is not None:
             return {"seed": self.seed}
         return {}

@@ -179,8 +179,9 @@ def bound_command(
     """Upper bound on the GPU any placement could allocate to the same arrivals.
 
     The run's own arrivals (same seed) up to ``--at`` % of GPU capacity; an LP relaxation over
-    (pod shape, node class) with per-node CPU/memory/pod constraints, per-GPU compute/memory/MIG
-    slot constraints and packing cuts, solved with HiGHS. See scheduler/sim/bound.py.
+    (pod shape, node class) with per-node CPU/memory/pod constraints, shared GPUs as mixes of
+    per-GPU share patterns, exclusive and MIG GPUs by their slots, solved with HiGHS. See
+    scheduler/sim/bound.py.
     """
     console = _console()
     try:
@@ -214,6 +215,8 @@ def bound_command(
             }
         )
     console.print(table)
+    for note in sorted({note for b in results for note in b.notes}):
+        console.print(f"note: {note}")
     if out is not None:
         path = out / "bound.csv"
         write_csv(path, list(rows[0]) if rows else ["trace"], rows)
