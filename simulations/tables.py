@@ -40,20 +40,49 @@ def pivot(rows: list[dict[str, object]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def versus(rows: list[dict[str, object]], new: str = "fgd-cpu", old: str = "fgd") -> str:
+    """One line per trace: the new policy against our FGD port, the paper's FGD and the LP bound."""
+    by = {(str(r["trace"]), str(r["policy"])): r for r in rows}
+    traces = sorted({t for t, p in by if p == new}, key=lambda t: (t != "default", t))
+    lines = [
+        f"| trace | {new} | fgd (ours) | fewer than fgd | fgd (paper) | bound | s/run {new} / fgd |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for trace in traces:
+        a, b = by[(trace, new)], by.get((trace, old))
+        if b is None:
+            continue
+        mean_a, mean_b = float(str(a["unallocated_mean"])), float(str(b["unallocated_mean"]))
+        lines.append(
+            f"| {trace} | {mean_a:.2f} ± {float(str(a['unallocated_sd'])):.2f} "
+            f"| {mean_b:.2f} ± {float(str(b['unallocated_sd'])):.2f} "
+            f"| {100 * (mean_b - mean_a) / mean_b:.1f}% | {float(str(b['paper'])):.2f} "
+            f"| {float(str(a['bound_unallocated'])):.2f} "
+            f"| {float(str(a['wall'])):.0f} / {float(str(b['wall'])):.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE)
     args = parser.parse_args()
     reference = load(args.reference) if args.reference.exists() else None
     openb: list[dict[str, object]] = []
+    challenger: list[dict[str, object]] = []
     for summary in sorted(HERE.glob("*/*/summary.csv")):
         rows = rows_from_files(summary, summary.parent / "bound.csv", reference)
         if summary.parent.parent.name == "openb":
             openb += rows
+        if summary.parent.parent.name == "fgd-cpu":
+            challenger += rows
         print(f"### {summary.parent.relative_to(HERE)}\n")
         print(markdown_table(rows))
     print("### openb: unallocated GPU % at arrived = 100%, ours / paper (mean of 10 seeds)\n")
     print(pivot(openb))
+    if challenger:
+        print("### fgd-cpu against FGD: unallocated GPU % at arrived = 100% (mean ± sd of 10 seeds)\n")
+        print(versus(challenger))
 
 
 if __name__ == "__main__":
