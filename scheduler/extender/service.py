@@ -172,7 +172,9 @@ class Extender:
                 # what prioritize will most likely be asked about next
                 self._listings["prioritize"] = _Listing(cache.layout, passed_names, listing.positions[passed_at])
             failing = np.flatnonzero(~fits)
-            verdict = listing.verdict(demand_key, cache.inventory) if len(failing) else None
+            seen = listing.verdict(demand_key, cache.inventory)
+            seen.known |= fits  # a node the pod fits now would fit it empty: never asked again
+            verdict = seen if len(failing) else None
             if verdict is not None:
                 verdict.learn(
                     failing, listing, lambda name: cache.unresolvable(name, demand, demand_key), cache.problem
