@@ -59,9 +59,9 @@ def test_cpu_heavy_gpu_pod_goes_to_the_cpu_rich_node() -> None:
 def test_workload_is_learned_online_and_bumps_the_version() -> None:
     policy = FgdCpu()
     assert policy.version == 0
-    for _ in range(15):
+    for _ in range(3):
         policy.observe(WHOLE_12_CORES)
-    assert policy.version == 0  # the first estimate comes at 16 pods
+    assert policy.version == 0  # the first estimate comes at 4 pods
     policy.observe(WHOLE_12_CORES)
     assert policy.version == 1
     assert [d for d, _ in policy.fragmentation.workload.shapes] == [WHOLE_12_CORES]
@@ -71,14 +71,21 @@ def test_workload_is_learned_online_and_bumps_the_version() -> None:
 def test_online_workload_adopts_a_new_estimate_only_when_the_mix_moves() -> None:
     other = Demand(4_000, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=500))
     online = OnlineWorkload(PINNED)
-    # a steady stream: the first estimate (at 16 pods) is adopted, the later ones equal it
-    assert [n for n in range(1, 3000) if online.observe(WHOLE_12_CORES)] == [16]
-    # the mix moves: 2999 of one shape, then 1000 of another. Estimates come at each doubling
-    # (..., 2048, 4096): at 4096, 1097 of 4096 pods are the new shape: adopted
+    # a steady stream: the first estimate (at 4 pods) is adopted, the later ones equal it
+    assert [n for n in range(1, 3000) if online.observe(WHOLE_12_CORES)] == [4]
+    # estimates at 4, 6, 9, 13, 19, 28, 42, 63, 94, 141, 211, 316, 474, 711, 1066, 1599, 2398, 3597, ...
+    # (x 1.5, rounded down). The mix moves: 2999 of one shape, then another: at 3597 pods, 598 are
+    # the new shape (16.6%; the old one alone covers 83.4% < 95%, so both are typical): adopted
     adopted = [n for n in range(3000, 4100) if online.observe(other)]
-    assert adopted == [4096]
+    assert adopted == [3597]
     shares = dict(online.workload.shapes)
-    assert shares[Demand(4_000, 0, other.gpu)] == pytest.approx(1097 / 4096)
+    assert shares[Demand(4_000, 0, other.gpu)] == pytest.approx(598 / 3597)
+
+
+@pytest.mark.parametrize(("first", "growth"), [(0, 1.5), (4, 1.0)])
+def test_online_workload_refuses_a_schedule_that_never_moves(first: int, growth: float) -> None:
+    with pytest.raises(ValueError, match="first >= 1 and growth > 1"):
+        OnlineWorkload(PINNED, first=first, growth=growth)
 
 
 def test_simulator_does_not_hand_fgd_cpu_the_whole_trace_workload() -> None:
