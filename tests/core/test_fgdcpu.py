@@ -31,13 +31,13 @@ def test_ratio_of_the_typical_workload() -> None:
 def test_cpu_only_pod_goes_where_it_strands_no_gpu() -> None:
     # r = 1/12. poor: before S = max(0, 8000 - 96000/12) = 0, F = 0 (a typical pod fits).
     #   A 16-core pod leaves 80000: S = 8000 - 6666.7 = 1333.3, F still 0 -> C rises by 4 x 1333.3 = 5333.3:
-    #   score = 50 + 50 tanh(-5333.3 / 2000) = 50 - 49.52 = 0.48.
+    #   score = 50 + 50 tanh(-5333.3 / 2000) = 50 - 49.52 = 0.48, rounded to 0.
     # rich: S = max(0, 2000 - 104000/12) = 0 before and after (88000/12 = 7333 > 2000) -> score 50.
     cpu_only = Demand(16_000, 0)
     ranking = rank(FgdCpu(PINNED, learn=False), cpu_only, nodes())
     scores = {p.node: p.score for p in ranking.placements}
     assert scores["rich"] == pytest.approx(50.0)
-    assert scores["poor"] == pytest.approx(50 + 50 * math.tanh(-(4 * (8000 - 80_000 / 12)) / 2000))
+    assert scores["poor"] == 0.0
     assert ranking.placements[0].node == "rich"
     # FGD sees no fragmentation on either (one typical pod still fits both): a tie, left to node order
     fgd = {p.node: p.score for p in rank(make_policy("fgd", workload=PINNED), cpu_only, nodes()).placements}
@@ -54,6 +54,38 @@ def test_cpu_heavy_gpu_pod_goes_to_the_cpu_rich_node() -> None:
     light = Demand(2_000, 0, GpuRequest(GpuKind.WHOLE, 1))
     scores = {p.node: p.score for p in rank(FgdCpu(PINNED, learn=False), light, nodes()).placements}
     assert scores == {"poor": pytest.approx(50.0), "rich": pytest.approx(50.0)}
+
+
+@pytest.mark.parametrize(
+    ("fall", "points"),
+    [
+        (0.0, 50.0),  # no change of cost
+        (10.0, 50.0),  # 50 + 50 tanh(0.005) = 50.25 -> 50: within half a point, a tie
+        (30.0, 51.0),  # 50 + 50 tanh(0.015) = 50.75 -> 51
+        (-30.0, 49.0),
+        (2000.0, 88.0),  # 50 + 50 tanh(1) = 88.08
+        (-1e9, 0.0),
+        (1e9, 100.0),
+    ],
+)
+def test_local_score_is_whole_points(fall: float, points: float) -> None:
+    assert FgdCpu._score(fall) == points
+    assert points == round(50 + 50 * math.tanh(fall / 2000))
+
+
+def test_placements_within_half_a_point_tie() -> None:
+    # r = 1/12, typical pod fits everywhere below (F = 0 throughout), so only S moves.
+    # lean: 4 GPUs, 36 cores: S = 4000 - 3000 = 1000. A 48 milli-CPU pod leaves 35952: S = 4000 - 2996 = 1004
+    #   -> C rises by 4 x 4 = 16 -> 50 + 50 tanh(-16 / 2000) = 49.6 -> 50.
+    # roomy: 4 GPUs, 60 cores: S = 0 before and after -> 50. A tie (continuous scores: 49.6 against 50).
+    # A 240 milli-CPU pod: lean S = 4000 - 35760/12 = 1020 -> C + 80 -> 48.0 -> 48; roomy 50.
+    policy = FgdCpu(PINNED, learn=False)
+    lean = make_state(name="lean", gpus=4, mode="mps", cpu_milli=36_000)
+    roomy = make_state(name="roomy", gpus=4, mode="mps", cpu_milli=60_000)
+    tiny = {p.node: p.score for p in rank(policy, Demand(48, 0), [lean, roomy]).placements}
+    assert tiny == {"lean": 50.0, "roomy": 50.0}
+    small = {p.node: p.score for p in rank(policy, Demand(240, 0), [lean, roomy]).placements}
+    assert small == {"lean": 48.0, "roomy": 50.0}
 
 
 def test_workload_is_learned_online_and_bumps_the_version() -> None:
