@@ -87,11 +87,21 @@ class Ranking:
 
 
 def rank(
-    policy: Policy, demand: Demand, states: Sequence[NodeState], order: Mapping[str, int] | None = None
+    policy: Policy,
+    demand: Demand,
+    states: Sequence[NodeState],
+    order: Mapping[str, int] | None = None,
+    gaps: np.ndarray | None = None,
 ) -> Ranking:
-    """Every node's placement, best first, and the reasons of the nodes that do not fit."""
+    """Every node's placement, best first, and the reasons of the nodes that do not fit.
+
+    A gap-aware policy's scores pass through its ``adjust`` with ``gaps``, the cluster's gap
+    histogram (by default that of ``states``, taken as the whole cluster), as in
+    :class:`Scoreboard`.
+    """
     key = placement_key(policy, demand)
     placements: list[Placement] = []
+    moves: list[tuple[int, int]] = []
     failures: dict[str, str] = {}
     for state in states:
         result = evaluate(policy, demand, state, key)
@@ -99,7 +109,13 @@ def rank(
             failures[state.node.name] = result
         else:
             placements.append(result)
-    scores = policy.normalize([p.score for p in placements])
+            if policy.gap_aware:
+                moves.append(gap_move(demand, state, result))
+    raw = [p.score for p in placements]
+    if moves:
+        histogram = gap_histogram(states) if gaps is None else gaps
+        raw = policy.adjust(demand, np.array(raw), np.array(moves, dtype=np.int64).T, histogram).tolist()
+    scores = policy.normalize(raw)
     if scores is not None and any(s != p.score for s, p in zip(scores, placements, strict=True)):
         placements = [Placement(p.node, s, p.allocation) for s, p in zip(scores, placements, strict=True)]
     position = {p.node: i for i, p in enumerate(placements)} if order is None else order
@@ -113,6 +129,12 @@ def best(
     """The winning placement (highest score, then lowest ``order``), or None if nothing fits."""
     ranking = rank(policy, demand, states, order)
     return ranking.placements[0] if ranking.placements else None
+
+
+def gap_histogram(states: Iterable[NodeState]) -> np.ndarray:
+    """How many GPUs of ``states`` have each free share, in hundredths (index 0..GAP_LEVELS)."""
+    levels = [level for s in states for level in gap_levels(s)]
+    return np.bincount(np.array(levels, dtype=np.int64), minlength=GAP_LEVELS + 1)
 
 
 def gap_move(demand: Demand, state: NodeState, result: Placement | str) -> tuple[int, int]:
@@ -182,9 +204,7 @@ class Scoreboard:
         self._cpu_free = np.array([s.cpu_free for s in self._states], dtype=np.int64)
         self._memory_free = np.array([s.memory_free for s in self._states], dtype=np.int64)
         self._room = np.array([s.node.max_pods - len(s.pods) for s in self._states], dtype=np.int64)
-        self._gaps = np.bincount(
-            [level for s in self._states for level in gap_levels(s)], minlength=GAP_LEVELS + 1
-        ).astype(np.int64)
+        self._gaps = gap_histogram(self._states)
 
     # ------------------------------------------------------------ state
 
@@ -406,7 +426,7 @@ class Scoreboard:
         Names that are not in the cluster are reported as failures.
         """
         if names is None:
-            return rank(policy, demand, self._states, self._order or None)
+            return rank(policy, demand, self._states, self._order or None, self._gaps)
         states: list[NodeState] = []
         unknown: dict[str, str] = {}
         for name in names:
@@ -415,7 +435,7 @@ class Scoreboard:
                 unknown[name] = "node unknown to gpuslice"
             else:
                 states.append(self._states[i])
-        ranking = rank(policy, demand, states, self._order or None)
+        ranking = rank(policy, demand, states, self._order or None, self._gaps)
         ranking.failures.update(unknown)
         return ranking
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.core import Demand, GpuKind, GpuRequest, NodeState, TypicalWorkload, fit
+from scheduler.core import Demand, GpuKind, GpuRequest, NodeState, TypicalWorkload, fit, rank
 from scheduler.core.capacity import GAP_LEVELS, gap_levels
 from scheduler.core.policies.fgdcpu import FgdCpu
 from scheduler.core.select import Scoreboard
@@ -72,6 +72,29 @@ def test_small_share_goes_to_the_common_hole() -> None:
 
 def histogram(states: list[NodeState]) -> list[int]:
     return np.bincount([lv for s in states for lv in gap_levels(s)], minlength=GAP_LEVELS + 1).tolist()
+
+
+def test_rankings_apply_the_balance_like_best() -> None:
+    # The case above: the balance turns the local tie towards "big-0"; every ranking agrees with best.
+    states = [holding("half", 470)] + [holding(f"big-{k}", 810) for k in range(3)]
+    order = {s.node.name: i for i, s in enumerate(states)}
+    pod = share(160)
+    policy = FgdCpu(ONLY_WHOLE, learn=False)
+    policy.observe(pod)
+    board = Scoreboard(states, order)
+    expected = dict(zip(order, board.scores(policy, pod).tolist(), strict=True))
+    for ranking in (
+        board.rank(policy, pod),
+        rank(policy, pod, states, order),
+        board.rank(policy, pod, ["half", "big-2"]),
+    ):
+        assert ranking.placements[0].node in ("big-0", "big-2")
+        assert {p.node: p.score for p in ranking.placements} == pytest.approx(
+            {p.node: expected[p.node] for p in ranking.placements}
+        )
+    assert board.rank(policy, pod).placements[0].node == "big-0"
+    # a subset is ranked against the whole cluster's holes, not its own: big-2 still wins over half
+    assert board.rank(policy, pod, ["half", "big-2"]).placements[0].node == "big-2"
 
 
 @settings(max_examples=40, deadline=None)
