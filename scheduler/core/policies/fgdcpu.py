@@ -10,9 +10,9 @@ F_n(M) is FGD's fragmentation against the typical workload M
 milli-GPU over milli-CPU of its GPU shapes), so S_n is the idle GPU that pods of the
 typical mix could not use because the node's CPU runs out first. A placement's local
 score is the fall of C it causes, 50 + 50 * tanh((C_before - C_after) / 2000) rounded to
-an integer in 0..100 (so placements within about 40 milli-GPU of cost tie, and the balance
-below decides between them). Inside the node every distinct candidate GPU or MIG slot is
-tried and the lowest C wins.
+an integer in 0..100 (near the middle one point is about 40 milli-GPU of cost, so
+near-equal placements tie and the balance below decides between them). Inside the node
+every distinct candidate GPU or MIG slot is tried and the lowest C wins.
 
 For a pod that takes a share of one GPU, the cluster then weighs in (:meth:`adjust`, run
 by the Scoreboard on every call): let N[h] count the GPUs whose free share is h
