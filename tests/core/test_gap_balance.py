@@ -31,7 +31,7 @@ def holding(name: str, *millis: int) -> NodeState:
 
 def test_adjust_subtracts_the_rise_in_squared_gap_counts() -> None:
     # Histogram: 3 GPUs with 530 milli free (level 53), 4 idle (level 100): 7 GPUs.
-    # Smallest share seen: 470 -> levels 47..99 are live, 100 (idle) and below 47 are not.
+    # Only share seen: 470 -> levels 47..99 are of class 47; 100 (idle) and below 47 have none.
     # node 0: 100 -> 53: rise = (2 * 3 + 1) - 0 = 7       -> 50 - 7 = 43 (weight 7 / 7 GPUs = 1 a unit)
     # node 1:  53 -> 6:  rise = 0 - (2 * 3 - 1) = -5      -> 50 + 5 = 55 (level 6 is dead)
     # node 2: whole GPUs (no move)                          -> 50
@@ -55,8 +55,9 @@ def test_small_share_goes_to_the_common_hole() -> None:
     #   "half"  (470 on it, 530 free): a 160 share leaves 370 -> fragmentation falls by 160;
     #   "big-k" (810 on it, 190 free): a 160 share leaves 30  -> fragmentation falls by 160.
     # A local tie, which node order would give to "half" (listed first). The cluster has
-    # three 190 holes and one 530 hole; with 160 the smallest share seen, level 3 is dead:
-    #   big-k: 19 -> 3:  rise = 0 - (2 * 3 - 1) = -5;   half: 53 -> 37: rise = 1 - 1 = 0.
+    # three 190 holes and one 530 hole, all of class 16 (160 is the only share seen, so
+    # N[16] = 4), and level 3 is dead:
+    #   big-k: 19 -> 3:  rise = 0 - (2 * 4 - 1) = -7;   half: 53 -> 37: class 16 -> 16, rise 0.
     states = [holding("half", 470)] + [holding(f"big-{k}", 810) for k in range(3)]
     order = {s.node.name: i for i, s in enumerate(states)}
     pod = share(160)
@@ -68,6 +69,29 @@ def test_small_share_goes_to_the_common_hole() -> None:
     balanced.observe(pod)
     placed = Scoreboard(states, order).best(balanced, pod)
     assert placed is not None and placed.node == "big-0"
+
+
+def test_holes_are_counted_by_the_largest_share_seen_that_fits() -> None:
+    # Shares seen: 160, 320, 470 -> classes: levels 16..31 -> 16, 32..46 -> 32, 47..99 -> 47.
+    # Histogram: three 190 holes (level 19), one 530 hole (53), four idle GPUs (100): 8 GPUs,
+    # so N[16] = 3, N[47] = 1. A 320 share, weight 8 (1 point a unit over 8 GPUs):
+    #   into the 530 hole: 53 -> 21, class 47 -> 16: rise = (2 * 3 + 1) - (2 * 1 - 1) = 6 -> 44
+    #   on an idle GPU:   100 -> 68, none -> 47:     rise = 2 * 1 + 1 = 3                 -> 47
+    # By exact levels (N[21] = 0, N[68] = 0) the 530 hole would win: 1 - 1 = 0 against 1. The
+    # 0.21 hole it leaves waits for the same pods of at most 0.16 GPU as the three 0.19 holes.
+    policy = FgdCpu(ONLY_WHOLE, learn=False, balance_weight=8.0)
+    for milli in (160, 320, 470):
+        policy.observe(share(milli))
+    classes = policy.gap_classes()
+    assert classes[15] == -1 and classes[16] == classes[31] == 16 and classes[32] == classes[46] == 32
+    assert classes[47] == classes[99] == 47 and classes[100] == -1 and classes[-1] == -1
+    gaps = np.zeros(GAP_LEVELS + 1, dtype=np.int64)
+    gaps[19], gaps[53], gaps[100] = 3, 1, 4
+    moves = np.array([[53, 100], [21, 68]])
+    out = policy.adjust(share(320), np.array([50.0, 50.0]), moves, gaps)
+    assert out.tolist() == [44.0, 47.0]
+    # a move within one class (53 -> 48, both 47) does not change the sum of squares
+    assert policy.adjust(share(50), np.array([50.0]), np.array([[53], [48]]), gaps).tolist() == [50.0]
 
 
 def histogram(states: list[NodeState]) -> list[int]:
