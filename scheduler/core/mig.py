@@ -5,6 +5,8 @@ Occupancy is a tuple of :class:`MigSlot` (memory slots ``[start, start+size)``).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .allocation import MigSlot
 from .catalog import MigLayout, MigProfile
 
@@ -44,11 +46,15 @@ def headroom(layout: MigLayout, used: tuple[MigSlot, ...]) -> tuple[int, ...]:
     return tuple(len(free_starts(layout, used, p)) for p in order)
 
 
+@lru_cache(maxsize=16384)
 def best_start(layout: MigLayout, used: tuple[MigSlot, ...], profile: MigProfile) -> int | None:
     """The legal start that leaves the most room for the largest profiles; lowest slot on ties.
 
     Example (A100, empty): a 1-slot 1g goes to slot 6, not 0: at 0 it would block the
     4g (only legal at 0) and one of the two 3g starts.
+
+    Memoised: a GPU has a few hundred occupancies at most, repeated across a cluster's
+    thousands of GPUs, and the answer (about 0.1 ms to work out) depends on nothing else.
     """
     best: tuple[tuple[int, ...], int] | None = None
     for start in free_starts(layout, used, profile):
