@@ -49,6 +49,7 @@ class Extender:
         self._recent: OrderedDict[str, PodRequest] = OrderedDict()  # uid -> request seen in filter
         self.metrics = Metrics(self._device_rows)
         self._listings: dict[str, _Listing] = {}  # "filter", "prioritize" -> the last list each got
+        self.names = wire.NameLists()  # NodeNames arrays met lately, for parse_args and the answers
         self._board_entries: tuple[int, np.ndarray] = (-1, np.empty((2, 0), dtype=object))
 
     def start(self) -> None:
@@ -105,9 +106,11 @@ class Extender:
         """
         cache = self.cache
         last = self._listings.get(slot)
-        if last is not None and last.layout == cache.layout and last.names == names:
+        if last is not None and last.layout == cache.layout and (last.names is names or last.names == names):
             return last
-        listing = _Listing(cache.layout, list(names), cache.board.positions(names))
+        listing = _Listing(
+            cache.layout, names if isinstance(names, list) else list(names), cache.board.positions(names)
+        )
         self._listings[slot] = listing
         return listing
 
@@ -148,7 +151,12 @@ class Extender:
             log.debug("filter: no GPU request", extra={"pod": request.key, "passed": len(args.names)})
             with self.cache.lock:  # prioritize will be asked about the same list
                 self._listings["prioritize"] = listing = self._listing(args.names, "filter")
-            return wire.filter_result(args, range(len(args.names)), passed_names=listing.names)
+            return wire.filter_result(
+                args,
+                range(len(args.names)),
+                passed_names=listing.names,
+                names_json=self._names_json(args, listing.names),
+            )
         policy = self.policy_for(request)
         failed: dict[str, str] = {}
         cache = self.cache
@@ -206,8 +214,17 @@ class Extender:
             },
         )
         return wire.filter_result(
-            args, passed_at.tolist(), failed, passed_names=passed_names, unresolvable_json=unresolvable_json
+            args,
+            passed_at.tolist(),
+            failed,
+            passed_names=passed_names,
+            unresolvable_json=unresolvable_json,
+            names_json=self._names_json(args, passed_names),
         )
+
+    def _names_json(self, args: wire.ExtenderArgs, passed: list[str]) -> bytes | None:
+        """The passed names encoded, remembered so that prioritize's copy of them is not decoded again."""
+        return self.names.encode(passed) if args.nodes is None else None
 
     def prioritize(self, args: wire.ExtenderArgs) -> bytes:
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import orjson
@@ -80,12 +80,96 @@ class ExtenderArgs:
     nodes: Sequence[Mapping[str, Any]] | None = None
 
 
-def parse_args(body: bytes) -> ExtenderArgs:
+class NameLists:
+    """The NodeNames arrays met lately, each as its JSON bytes and as the list of names.
+
+    kube-scheduler sends filter the same 5,000 names for pod after pod, and prioritize the
+    names filter passed: comparing bytes is far cheaper than decoding them again, and the
+    same list object then lets the service recognise the list at once. Not thread-safe:
+    the verbs that use it run on the event loop.
+    """
+
+    __slots__ = ("_lists", "_size")
+
+    def __init__(self, size: int = 4) -> None:
+        self._size = size
+        self._lists: list[tuple[bytes, list[str]]] = []  # most recent first
+
+    def find(self, raw: bytes) -> list[str] | None:
+        """The names of the array encoded as ``raw``, if met lately."""
+        for i, (seen, names) in enumerate(self._lists):
+            if seen == raw:
+                if i:
+                    self._lists.insert(0, self._lists.pop(i))
+                return names
+        return None
+
+    def encode(self, names: list[str]) -> bytes:
+        """``names`` as a JSON array, remembered (the very list object is looked for first)."""
+        for seen, known in self._lists:
+            if known is names:
+                return seen
+        raw = orjson.dumps(names)
+        self.remember(raw, names)
+        return raw
+
+    def remember(self, raw: bytes, names: list[str]) -> None:
+        self._lists.insert(0, (raw, names))
+        del self._lists[self._size :]
+
+
+_NODE_NAMES_KEY = b'"NodeNames":'
+
+
+def _split_names(body: bytes) -> tuple[dict[str, Any], bytes] | None:
+    """The envelope without NodeNames, decoded, and NodeNames' array as raw bytes, when the
+    body ends with the NodeNames member as Go's encoder writes ExtenderArgs; else None.
+
+    The split is exact: the part before the last ``,"NodeNames":`` plus ``}`` must decode
+    as one JSON object, which it can only do when the split falls between two of the
+    envelope's own members (never inside a string or a nested object).
+    """
+    at = body.rfind(_NODE_NAMES_KEY)
+    if at < 0:
+        return None
+    head = body[:at].rstrip()
+    tail = body[at + len(_NODE_NAMES_KEY) :].rstrip()
+    if not head.endswith(b",") or not tail.endswith(b"}"):
+        return None
+    raw = tail[:-1].strip()
+    if not raw.startswith(b"["):  # null, or not Go's shape: the full decoding says what it is
+        return None
+    head = head[:-1]
+    if head.rstrip().endswith(b"{"):  # '{,"NodeNames":...' is not JSON
+        return None
+    try:
+        top = orjson.loads(head + b"}")
+    except orjson.JSONDecodeError:
+        return None
+    # A NodeNames (any case) before the split would lose to this one in the full decoding too.
+    if not isinstance(top, dict) or field(top, "Nodes") is not None:  # full Nodes win over NodeNames
+        return None
+    return top, raw
+
+
+def parse_args(body: bytes, known: NameLists | None = None) -> ExtenderArgs:
+    """ExtenderArgs from a request body; NodeNames arrays met lately (``known``) are not decoded again."""
+    split = _split_names(body) if known is not None else None
+    if split is not None and known is not None:
+        envelope, raw = split
+        names = known.find(raw)
+        if names is None:
+            try:
+                decoded = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                decoded = None
+            if _strings(decoded):
+                names = decoded
+                known.remember(raw, names)
+        if names is not None:
+            return ExtenderArgs(_pod(envelope), names)
     top = _object(loads(body), "ExtenderArgs")
-    pod = field(top, "Pod")
-    if pod is None:
-        raise WireError("ExtenderArgs.Pod is missing")
-    pod = _object(pod, "ExtenderArgs.Pod")
+    pod = _pod(top)
     node_list = field(top, "Nodes")
     if node_list is not None:
         items = field(_object(node_list, "ExtenderArgs.Nodes"), "items")
@@ -95,16 +179,29 @@ def parse_args(body: bytes) -> ExtenderArgs:
             raise WireError(f"ExtenderArgs.Nodes.items must be an array, got {_kind(items)}")
         names = [node_name(item, f"ExtenderArgs.Nodes.items[{i}]") for i, item in enumerate(items)]
         return ExtenderArgs(pod, names, items)
-    raw = field(top, "NodeNames")
-    if raw is None:
+    raw_names = field(top, "NodeNames")
+    if raw_names is None:
         return ExtenderArgs(pod, [])
-    if not isinstance(raw, list):
+    if not _strings(raw_names):
         raise WireError("ExtenderArgs.NodeNames must be an array of strings")
+    return ExtenderArgs(pod, raw_names)
+
+
+def _pod(top: Mapping[str, Any]) -> Mapping[str, Any]:
+    pod = field(top, "Pod")
+    if pod is None:
+        raise WireError("ExtenderArgs.Pod is missing")
+    return _object(pod, "ExtenderArgs.Pod")
+
+
+def _strings(value: object) -> TypeGuard[list[str]]:
+    if not isinstance(value, list):
+        return False
     try:
-        "".join(raw)  # the quickest check that every item is a string: twice as fast as looking at each type
+        "".join(value)  # the quickest check that every item is a string: twice as fast as looking at each type
     except TypeError:
-        raise WireError("ExtenderArgs.NodeNames must be an array of strings") from None
-    return ExtenderArgs(pod, raw)
+        return False
+    return True
 
 
 def filter_result(
@@ -115,36 +212,43 @@ def filter_result(
     error: str = "",
     passed_names: list[str] | None = None,
     unresolvable_json: bytes | None = None,
+    names_json: bytes | None = None,
 ) -> bytes:
     """ExtenderFilterResult; ``passed`` are positions in ``args.names`` (``passed_names`` their
-    names, if at hand). Full Nodes in, Nodes out. ``unresolvable_json``, if given, is the
-    FailedAndUnresolvableNodes map already encoded (``unresolvable`` is then ignored)."""
-    names: list[str] | None = None
-    nodes: dict[str, Any] | None = None
+    names, if at hand; ``names_json`` those names already encoded). Full Nodes in, Nodes out.
+    ``unresolvable_json``, if given, is the FailedAndUnresolvableNodes map already encoded
+    (``unresolvable`` is then ignored)."""
+    nodes = b"null"
+    names = b"null"
     if args is not None:
         if args.nodes is not None:
-            nodes = {"metadata": {}, "items": [args.nodes[i] for i in passed]}
+            try:
+                nodes = orjson.dumps({"metadata": {}, "items": [args.nodes[i] for i in passed]})
+            except orjson.JSONEncodeError as exc:  # the Nodes are echoed back: one may nest deeper than can be encoded
+                raise WireError(
+                    f"ExtenderArgs.Nodes cannot be sent back: {exc}; accepted: Nodes as the API server serves them"
+                ) from exc
+        elif names_json is not None:
+            names = names_json
         else:
-            names = passed_names if passed_names is not None else [args.names[i] for i in passed]
-    try:
-        if unresolvable_json is not None:
-            head = orjson.dumps({"Nodes": nodes, "NodeNames": names, "FailedNodes": dict(failed) if failed else None})
-            return (
-                head[:-1] + b',"FailedAndUnresolvableNodes":' + unresolvable_json + b',"Error":' + dumps(error) + b"}"
-            )
-        return orjson.dumps(
-            {
-                "Nodes": nodes,
-                "NodeNames": names,
-                "FailedNodes": dict(failed) if failed else None,
-                "FailedAndUnresolvableNodes": dict(unresolvable) if unresolvable else None,
-                "Error": error,
-            }
+            names = orjson.dumps(passed_names if passed_names is not None else [args.names[i] for i in passed])
+    if unresolvable_json is None:
+        unresolvable_json = orjson.dumps(dict(unresolvable) if unresolvable else None)
+    return b"".join(
+        (
+            b'{"Nodes":',
+            nodes,
+            b',"NodeNames":',
+            names,
+            b',"FailedNodes":',
+            orjson.dumps(dict(failed) if failed else None),
+            b',"FailedAndUnresolvableNodes":',
+            unresolvable_json,
+            b',"Error":',
+            orjson.dumps(error),
+            b"}",
         )
-    except orjson.JSONEncodeError as exc:  # the Nodes are echoed back: one may nest deeper than can be encoded
-        raise WireError(
-            f"ExtenderArgs.Nodes cannot be sent back: {exc}; accepted: Nodes as the API server serves them"
-        ) from exc
+    )
 
 
 def host_priorities(names: Sequence[str], scores: Sequence[int]) -> bytes:
