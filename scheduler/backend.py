@@ -60,6 +60,11 @@ Decide = Callable[[Sequence[tuple[str, str]]], Allocation | str]
 
 
 class Backend(Protocol):
+    # True when bind waits on the network (the API server): the HTTP layer then runs it in
+    # a worker thread. An in-memory bind runs on the event loop: the hop to a thread and
+    # back cost more than the bind.
+    bind_waits: bool
+
     def start(self, on_change: Callable[[Change], None]) -> None:
         """List every node and pod, report each through ``on_change``, then follow changes.
 

@@ -116,6 +116,8 @@ def parse_list(path: Path, body: Mapping[str, Any]) -> tuple[dict[str, dict[str,
 
 
 class FileBackend:
+    bind_waits = False  # binds are kept in memory
+
     def __init__(self, path: Path | str, prefix: str = DEFAULT_PREFIX, clock: Callable[[], str] = _now) -> None:
         self.path = Path(path)
         self.prefix = prefix

@@ -32,6 +32,8 @@ log = logging.getLogger("gpuslice.kube")
 
 
 class KubeBackend:
+    bind_waits = True  # compare-and-set, patches and the Binding: calls to the API server
+
     def __init__(
         self,
         api: KubeApi,

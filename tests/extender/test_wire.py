@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 import pytest
 
 from .kit import PREFIX, binding, filter_args, k8s_node, k8s_pod
@@ -109,6 +110,21 @@ class TestFilter:
         response = svc.http.post("/filter", json=filter_args(pod, [f"node-{i:04d}" for i in range(400)]))
         assert response.status_code == 200
         assert "over the limit of 2048 bytes" in response.json()["Error"]
+
+    def test_oversized_body_without_a_length_is_refused_as_it_streams(self, serve: Any) -> None:
+        svc = serve(*nodes(), max_body_bytes=2048)
+        body = orjson.dumps(filter_args(k8s_pod("p", gpu_fraction="0.5"), [f"node-{i:04d}" for i in range(400)]))
+        chunks = iter([body[i : i + 1000] for i in range(0, len(body), 1000)])  # sent chunked: no Content-Length
+        response = svc.http.post("/filter", content=chunks, headers={"Content-Type": "application/json"})
+        assert response.status_code == 200
+        assert "request body is over the limit of 2048 bytes" in response.json()["Error"]
+        assert svc.post("filter", filter_args(k8s_pod("q", gpu_fraction="0.5"), ["mps-a"]))["NodeNames"] == ["mps-a"]
+
+    @pytest.mark.parametrize("verb", ["filter", "prioritize", "bind", "preempt"])
+    def test_a_verb_answers_post_only(self, svc: Any, verb: str) -> None:
+        response = svc.http.get(f"/{verb}")
+        assert response.status_code == 405 and response.headers["allow"] == "POST"
+        assert svc.http.post(f"/{verb}x", json={}).status_code == 404  # other paths go to the app's routes
 
     def test_malformed_request_makes_every_node_unresolvable(self, svc: Any) -> None:
         got = svc.post("filter", filter_args(k8s_pod("p", gpu_fraction="1.5"), ["mps-a", "cpu"]))
