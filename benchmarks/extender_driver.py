@@ -392,9 +392,33 @@ def over_allocated(client: ExtenderClient) -> int:
 # ---------------------------------------------------------------- main
 
 
+def row(n: int, mode: str, policy: str, got: Result, base: tuple[float, float] | None, bad: str) -> tuple[str, ...]:
+    """One line of the table; ``base`` is the noop's (f+p p99, pods/s) for the ratios."""
+    both = pct([f + p for f, p in zip(got.filter_ms, got.prioritize_ms, strict=False)], 99)
+    return (
+        str(n),
+        mode,
+        policy,
+        f"{pct(got.filter_ms, 50):.2f}",
+        f"{pct(got.filter_ms, 99):.2f}",
+        f"{pct(got.prioritize_ms, 50):.2f}",
+        f"{pct(got.prioritize_ms, 99):.2f}",
+        f"{both:.2f}",
+        f"{got.pods_per_s:.0f}",
+        f"{got.server_cpu_ms:.2f}",
+        f"{got.driver_cpu_ms:.2f}",
+        f"{both / base[0]:.2f}" if base else "-",
+        f"{got.pods_per_s / base[1]:.2f}" if base else "-",
+        str(got.bound),
+        str(got.unschedulable),
+        str(got.bind_errors),
+        bad,
+        f"{os.getloadavg()[0]:.2f}",
+    )
+
+
 def run(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="gpuslice-bench-"))
-    rows: list[tuple[str, ...]] = []
     header = (
         "nodes",
         "mode",
@@ -407,9 +431,6 @@ def run(args: argparse.Namespace) -> None:
         "pods/s",
         "srv cpu/pod",
         "drv cpu/pod",
-        "noop f+p p99",
-        "noop pods/s",
-        "noop srv cpu/pod",
         "ratio p99",
         "ratio pods/s",
         "bound",
@@ -428,6 +449,7 @@ def run(args: argparse.Namespace) -> None:
             with running(noop, port, work / f"noop-{n}-{mode}.log") as (_, pid):
                 base = play(port, pid, nodes, pods, mode, args.warmup)
             base_p99 = pct([f + p for f, p in zip(base.filter_ms, base.prioritize_ms, strict=False)], 99)
+            print(" | ".join(row(n, mode, "(noop)", base, None, "-")), flush=True)
             for policy in args.policy:
                 port = free_port()
                 command = [
@@ -445,36 +467,12 @@ def run(args: argparse.Namespace) -> None:
                 with running(command, port, work / f"serve-{n}-{mode}-{policy}.log") as (client, pid):
                     got = play(port, pid, nodes, pods, mode, args.warmup)
                     bad = over_allocated(client)
-                both = [f + p for f, p in zip(got.filter_ms, got.prioritize_ms, strict=False)]
-                row = (
-                    str(n),
-                    mode,
-                    policy,
-                    f"{pct(got.filter_ms, 50):.2f}",
-                    f"{pct(got.filter_ms, 99):.2f}",
-                    f"{pct(got.prioritize_ms, 50):.2f}",
-                    f"{pct(got.prioritize_ms, 99):.2f}",
-                    f"{pct(both, 99):.2f}",
-                    f"{got.pods_per_s:.0f}",
-                    f"{got.server_cpu_ms:.2f}",
-                    f"{got.driver_cpu_ms:.2f}",
-                    f"{base_p99:.2f}",
-                    f"{base.pods_per_s:.0f}",
-                    f"{base.server_cpu_ms:.2f}",
-                    f"{pct(both, 99) / base_p99:.2f}",
-                    f"{got.pods_per_s / base.pods_per_s:.2f}",
-                    str(got.bound),
-                    str(got.unschedulable),
-                    str(got.bind_errors),
-                    str(bad),
-                    f"{os.getloadavg()[0]:.2f}",
-                )
-                rows.append(row)
-                print(" | ".join(row), flush=True)
+                print(" | ".join(row(n, mode, policy, got, (base_p99, base.pods_per_s), str(bad))), flush=True)
     print(
         f"\n(times in ms, client side over HTTP; {args.pods} measured pods after {args.warmup} warm-up pods; "
         "cpu/pod: CPU ms the server (srv) and this driver (drv) spent per measured pod, binds included; "
-        f"noop = do-nothing endpoint on the same HTTP stack; load 1m: the machine's load average; logs in {work})"
+        "(noop) = a do-nothing endpoint on the same HTTP stack, run just before; ratio = the policy's f+p p99 and "
+        f"pods/s over the noop's; load 1m: the machine's load average; logs in {work})"
     )
     if not args.keep:
         for path in work.glob("cluster-*.json"):
