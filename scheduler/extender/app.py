@@ -17,6 +17,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
@@ -74,16 +75,18 @@ def trusted_client(
 ) -> Callable[[tuple[str, int] | None], bool]:
     """Whether a client (the ASGI scope's ``client``) is in one of ``networks``."""
 
-    def trusted(client: tuple[str, int] | None) -> bool:
-        if client is None:
-            return True  # a Unix socket
+    @lru_cache(maxsize=1024)  # kube-scheduler calls from one address, call after call
+    def trusted_host(host: str) -> bool:
         try:
-            address = ipaddress.ip_address(client[0])
+            address = ipaddress.ip_address(host)
         except ValueError:
             return True  # not TCP: an in-process ASGI client
         if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
             address = address.ipv4_mapped
         return any(address in network for network in networks)
+
+    def trusted(client: tuple[str, int] | None) -> bool:
+        return client is None or trusted_host(client[0])  # None: a Unix socket
 
     return trusted
 

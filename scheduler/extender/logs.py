@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
 from typing import Any
+
+import orjson
 
 # Attributes every LogRecord has; anything else was passed through ``extra=`` and is logged.
 _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName", "color_message"}
@@ -29,7 +30,7 @@ class JsonFormatter(logging.Formatter):
                 out[key] = value
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str, separators=(",", ":"))
+        return orjson.dumps(out, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 def configure(level: str = "info", stream: Any = None) -> None:
