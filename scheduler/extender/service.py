@@ -152,10 +152,7 @@ class Extender:
             with self.cache.lock:  # prioritize will be asked about the same list
                 self._listings["prioritize"] = listing = self._listing(args.names, "filter")
             return wire.filter_result(
-                args,
-                range(len(args.names)),
-                passed_names=listing.names,
-                names_json=self._names_json(args, listing.names),
+                args, range(len(args.names)), passed_names=listing.names, names_json=self._names_json(args, listing)
             )
         policy = self.policy_for(request)
         failed: dict[str, str] = {}
@@ -166,19 +163,9 @@ class Extender:
         with cache.lock:
             listing = self._listing(args.names, "filter")
             fits = self._scores(policy, request, listing) > -np.inf
-            passed_at = np.flatnonzero(fits)
-            if len(passed_at) == len(listing.names):
-                passed_names = listing.names
-            else:
-                passed_names = (
-                    self._entries()[0, listing.positions[passed_at]].tolist()
-                    if listing.all_known
-                    else [listing.names[i] for i in passed_at.tolist()]
-                )
-            last = self._listings.get("prioritize")
-            if len(passed_names) and not (last and last.layout == cache.layout and last.names == passed_names):
-                # what prioritize will most likely be asked about next
-                self._listings["prioritize"] = _Listing(cache.layout, passed_names, listing.positions[passed_at])
+            # what prioritize will most likely be asked about next
+            survivors = self._listings["prioritize"] = listing.survivors(fits, self._entries)
+            passed_names = survivors.names
             failing = np.flatnonzero(~fits)
             seen = listing.verdict(demand_key, cache.inventory)
             seen.known |= fits  # a node the pod fits now would fit it empty: never asked again
@@ -215,16 +202,19 @@ class Extender:
         )
         return wire.filter_result(
             args,
-            passed_at.tolist(),
+            np.flatnonzero(fits).tolist() if args.nodes is not None else [],
             failed,
             passed_names=passed_names,
             unresolvable_json=unresolvable_json,
-            names_json=self._names_json(args, passed_names),
+            names_json=self._names_json(args, survivors),
         )
 
-    def _names_json(self, args: wire.ExtenderArgs, passed: list[str]) -> bytes | None:
+    def _names_json(self, args: wire.ExtenderArgs, passed: _Listing) -> bytes | None:
         """The passed names encoded, remembered so that prioritize's copy of them is not decoded again."""
-        return self.names.encode(passed) if args.nodes is None else None
+        if args.nodes is not None:
+            return None
+        passed.raw = self.names.encode(passed.names, passed.raw)
+        return passed.raw
 
     def prioritize(self, args: wire.ExtenderArgs) -> bytes:
         try:
@@ -402,20 +392,45 @@ class Extender:
 
 class _Listing:
     """One NodeNames list as it came, with what is worked out from it once: each name's board
-    position (-1 if unknown; valid while the board's ``layout`` stays), the encoded
-    prioritize answer, and per demand which nodes it can never fit (:class:`_Verdict`)."""
+    position (-1 if unknown; valid while the board's ``layout`` stays), its JSON, the encoded
+    prioritize answer, per demand which nodes it can never fit (:class:`_Verdict`), and the
+    lists of survivors filter passed from it (each a listing of its own, for prioritize)."""
 
-    __slots__ = ("_template", "_verdicts", "all_known", "layout", "names", "positions")
+    __slots__ = ("_survivors", "_template", "_verdicts", "all_known", "layout", "names", "positions", "raw")
 
     _MAX_VERDICTS = 64
+    _MAX_SURVIVORS = 32
 
     def __init__(self, layout: int, names: list[str], positions: np.ndarray) -> None:
         self.layout = layout
         self.names = names
         self.positions = positions
         self.all_known = bool(len(positions) == 0 or positions.min() >= 0)
+        self.raw: bytes | None = None
         self._template: wire.HostPriorities | None = None
         self._verdicts: OrderedDict[int, _Verdict] = OrderedDict()
+        self._survivors: OrderedDict[bytes, _Listing] = OrderedDict()
+
+    def survivors(self, fits: np.ndarray, entries: Callable[[], np.ndarray]) -> _Listing:
+        """The listed nodes where ``fits``, as a listing (itself if all fit), kept per outcome.
+
+        Filter passes the same nodes for pod after pod of a kind (a node drops out only when
+        it fills up): the passed names, their JSON and prioritize's encoded answer are then
+        reused instead of made again. ``entries`` are the board's (see ``Extender._entries``).
+        """
+        if fits.all():
+            return self
+        key = np.packbits(fits).tobytes()
+        found = self._survivors.get(key)
+        if found is not None:
+            self._survivors.move_to_end(key)
+            return found
+        at = np.flatnonzero(fits)
+        names = entries()[0, self.positions[at]].tolist() if self.all_known else [self.names[i] for i in at.tolist()]
+        found = self._survivors[key] = _Listing(self.layout, names, self.positions[at])
+        if len(self._survivors) > self._MAX_SURVIVORS:
+            self._survivors.popitem(last=False)
+        return found
 
     def template(self, entries: Callable[[], np.ndarray]) -> wire.HostPriorities:
         """The prioritize answer for these names (all known), from the board's ``entries``."""

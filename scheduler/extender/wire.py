@@ -104,12 +104,16 @@ class NameLists:
                 return names
         return None
 
-    def encode(self, names: list[str]) -> bytes:
-        """``names`` as a JSON array, remembered (the very list object is looked for first)."""
-        for seen, known in self._lists:
+    def encode(self, names: list[str], raw: bytes | None = None) -> bytes:
+        """``names`` as a JSON array (``raw`` if given, else encoded), remembered as the most
+        recent; the very list object is looked for first, and keeps the bytes it came with."""
+        for i, (seen, known) in enumerate(self._lists):
             if known is names:
+                if i:
+                    self._lists.insert(0, self._lists.pop(i))
                 return seen
-        raw = orjson.dumps(names)
+        if raw is None:
+            raw = orjson.dumps(names)
         self.remember(raw, names)
         return raw
 

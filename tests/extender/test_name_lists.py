@@ -112,3 +112,13 @@ def test_any_body_reads_as_the_plain_decoding_reads_it(
         known.remember(orjson.dumps(listed), listed)
     assert parsed(body, known) == parsed(body, None)
     assert parsed(body, known) == parsed(body, known)  # and again, with whatever it remembered
+
+
+def test_a_known_list_keeps_the_bytes_it_came_with_and_moves_to_the_front() -> None:
+    known = wire.NameLists(size=2)
+    came = ["node-a"]
+    known.remember(b'[ "node-a" ]', came)  # as some client spaced it
+    known.remember(b'["x"]', ["x"])
+    assert known.encode(came, b'["node-a"]') == b'[ "node-a" ]'  # the body's bytes stay what is matched
+    known.encode(["y"], b'["y"]')  # evicts the least recent: now ["x"], not came
+    assert known.find(b'[ "node-a" ]') is came and known.find(b'["x"]') is None
