@@ -150,9 +150,13 @@ def gpuslice_command() -> list[str]:
 
 
 @contextmanager
-def running(command: list[str], port: int, log: Path) -> Iterator[tuple[ExtenderClient, int]]:
+def running(
+    command: list[str], port: int, log: Path, cpus: set[int] | None = None
+) -> Iterator[tuple[ExtenderClient, int]]:
     with log.open("wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        if cpus:
+            os.sched_setaffinity(proc.pid, cpus)
         client = ExtenderClient(f"http://127.0.0.1:{port}", timeout=120)
         try:
             deadline = time.monotonic() + 300
@@ -383,6 +387,19 @@ def play(
     )
 
 
+def pin(server_cpus: int) -> set[int] | None:
+    """Split this machine's CPUs: the first ``server_cpus`` for the server, the rest for this
+    driver (set here at once); None when ``server_cpus`` is 0. kube-scheduler and the
+    extender run in separate containers, so they do not take each other's cores."""
+    if not server_cpus:
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if server_cpus >= len(cpus):
+        raise SystemExit(f"--server-cpus {server_cpus}: this machine has {len(cpus)} CPUs; leave the driver one")
+    os.sched_setaffinity(0, set(cpus[server_cpus:]))
+    return set(cpus[:server_cpus])
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` and its threads so far (Linux /proc)."""
     try:
@@ -427,6 +444,7 @@ def row(n: int, mode: str, policy: str, got: Result, base: tuple[float, float] |
 
 
 def run(args: argparse.Namespace) -> None:
+    server_cpus = pin(args.server_cpus)
     work = Path(tempfile.mkdtemp(prefix="gpuslice-bench-"))
     header = (
         "nodes",
@@ -455,7 +473,7 @@ def run(args: argparse.Namespace) -> None:
         for mode in args.mode:
             port = free_port()
             noop = [sys.executable, __file__, "--noop-port", str(port)]
-            with running(noop, port, work / f"noop-{n}-{mode}.log") as (_, pid):
+            with running(noop, port, work / f"noop-{n}-{mode}.log", server_cpus) as (_, pid):
                 base = play(port, pid, nodes, pods, mode, args.warmup)
             base_p99 = pct([f + p for f, p in zip(base.filter_ms, base.prioritize_ms, strict=False)], 99)
             print(" | ".join(row(n, mode, "(noop)", base, None, "-")), flush=True)
@@ -473,7 +491,7 @@ def run(args: argparse.Namespace) -> None:
                     "--max-body-bytes",
                     str(BODY_CAP),
                 ]
-                with running(command, port, work / f"serve-{n}-{mode}-{policy}.log") as (client, pid):
+                with running(command, port, work / f"serve-{n}-{mode}-{policy}.log", server_cpus) as (client, pid):
                     got = play(port, pid, nodes, pods, mode, args.warmup)
                     bad = over_allocated(client)
                 print(" | ".join(row(n, mode, policy, got, (base_p99, base.pods_per_s), str(bad))), flush=True)
@@ -497,6 +515,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the generated cluster files")
+    parser.add_argument(
+        "--server-cpus",
+        type=int,
+        default=0,
+        help="give the server (gpuslice or the noop) this many CPUs of its own and the driver the rest "
+        "(Linux; 0: share them all, the default)",
+    )
     parser.add_argument("--noop-port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.noop_port:
