@@ -1,6 +1,7 @@
 """The HTTP face: kube-scheduler's extender verbs plus health, metrics and inspection.
 
-The verbs read the raw body (capped) and parse it as plain JSON, so unknown Pod and
+The verbs are answered from the raw ASGI messages (:class:`Verbs`), everything else by
+FastAPI. They read the raw body (capped) and parse it as plain JSON, so unknown Pod and
 Node fields pass. Whatever goes wrong, a verb answers HTTP 200: filter and bind with
 ``Error`` set, prioritize with an empty list and preempt with no candidates (their Go
 types have no error field), each with an ``X-Gpuslice-Error`` header; nothing changes.
@@ -46,7 +47,6 @@ class Disconnected(Exception):
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 async def read_body(scope: Scope, receive: Receive, cap: int) -> bytes:

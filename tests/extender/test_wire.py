@@ -285,3 +285,26 @@ def test_url_prefix(serve: Any) -> None:
     got = svc.post("filter", filter_args(k8s_pod("p", gpu_fraction="0.5"), ["one"]))
     assert got["NodeNames"] == ["one"]
     assert svc.http.post("/filter", json={}).status_code == 404
+
+
+def test_a_client_gone_before_its_body_is_in_gets_no_answer_and_changes_nothing(serve: Any) -> None:
+    import asyncio
+
+    from scheduler.extender.app import create_app
+
+    svc = serve(*nodes())
+    app = create_app(svc.extender)
+    before = svc.extender.describe()
+    sent: list[Any] = []
+    messages = [{"type": "http.request", "body": b'{"PodName":"p",', "more_body": True}, {"type": "http.disconnect"}]
+
+    async def receive() -> Any:
+        return messages.pop(0)
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/bind", "headers": [], "client": ("127.0.0.1", 1)}
+    asyncio.run(app(scope, receive, send))
+    assert sent == [] and messages == []
+    assert svc.extender.describe() == before
