@@ -11,6 +11,7 @@ answers without looking) measured in the same run, with the ratios.
 
     python benchmarks/extender_driver.py                       # 100, 1000, 5000 nodes; binpack, fgd
     python benchmarks/extender_driver.py --nodes 100 --pods 200 --policy binpack --mode names
+    python benchmarks/extender_driver.py --nodes 5000 --mode names --warmup 200 --server-cpus 1  # server: own CPU
 """
 
 from __future__ import annotations
