@@ -158,8 +158,7 @@ def _split_names(body: bytes) -> tuple[dict[str, Any], bytes] | None:
 
 def parse_args(body: bytes, known: NameLists | None = None) -> ExtenderArgs:
     """ExtenderArgs from a request body; NodeNames arrays met lately (``known``) are not decoded again."""
-    split = _split_names(body) if known is not None else None
-    if split is not None and known is not None:
+    if known is not None and (split := _split_names(body)) is not None:
         envelope, raw = split
         names = known.find(raw)
         if names is None:
