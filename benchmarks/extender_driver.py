@@ -39,6 +39,7 @@ from typing import Any
 import orjson
 
 from scheduler.extender.client import ExtenderClient
+from scheduler.extender.commands import GC_THRESHOLDS
 
 PREFIX = "gpuslice.io/"
 BODY_CAP = 256 * 1024 * 1024  # full Nodes at 5,000 nodes are several MiB
@@ -331,7 +332,7 @@ def play(
     gc.collect()
     gc.freeze()
     thresholds = gc.get_threshold()
-    gc.set_threshold(10_000, 10, 10)
+    gc.set_threshold(*GC_THRESHOLDS)
     score = itemgetter("Score")
     with ThreadPoolExecutor(binders) as pool:
         started = server_cpu0 = driver_cpu0 = 0.0
@@ -419,9 +420,14 @@ def over_allocated(client: ExtenderClient) -> int:
 # ---------------------------------------------------------------- main
 
 
-def row(n: int, mode: str, policy: str, got: Result, base: tuple[float, float] | None, bad: str) -> tuple[str, ...]:
-    """One line of the table; ``base`` is the noop's (f+p p99, pods/s) for the ratios."""
-    both = pct([f + p for f, p in zip(got.filter_ms, got.prioritize_ms, strict=False)], 99)
+def both_p99(got: Result) -> float:
+    """p99 of filter + prioritize per pod."""
+    return pct([f + p for f, p in zip(got.filter_ms, got.prioritize_ms, strict=False)], 99)
+
+
+def row(n: int, mode: str, policy: str, got: Result, base: Result | None, bad: str) -> tuple[str, ...]:
+    """One line of the table; ``base``, the noop's run, gives the ratios."""
+    both = both_p99(got)
     return (
         str(n),
         mode,
@@ -434,8 +440,8 @@ def row(n: int, mode: str, policy: str, got: Result, base: tuple[float, float] |
         f"{got.pods_per_s:.0f}",
         f"{got.server_cpu_ms:.2f}",
         f"{got.driver_cpu_ms:.2f}",
-        f"{both / base[0]:.2f}" if base else "-",
-        f"{got.pods_per_s / base[1]:.2f}" if base else "-",
+        f"{both / both_p99(base):.2f}" if base else "-",
+        f"{got.pods_per_s / base.pods_per_s:.2f}" if base else "-",
         str(got.bound),
         str(got.unschedulable),
         str(got.bind_errors),
@@ -476,7 +482,6 @@ def run(args: argparse.Namespace) -> None:
             noop = [sys.executable, __file__, "--noop-port", str(port)]
             with running(noop, port, work / f"noop-{n}-{mode}.log", server_cpus) as (_, pid):
                 base = play(port, pid, nodes, pods, mode, args.warmup)
-            base_p99 = pct([f + p for f, p in zip(base.filter_ms, base.prioritize_ms, strict=False)], 99)
             print(" | ".join(row(n, mode, "(noop)", base, None, "-")), flush=True)
             for policy in args.policy:
                 port = free_port()
@@ -495,7 +500,7 @@ def run(args: argparse.Namespace) -> None:
                 with running(command, port, work / f"serve-{n}-{mode}-{policy}.log", server_cpus) as (client, pid):
                     got = play(port, pid, nodes, pods, mode, args.warmup)
                     bad = over_allocated(client)
-                print(" | ".join(row(n, mode, policy, got, (base_p99, base.pods_per_s), str(bad))), flush=True)
+                print(" | ".join(row(n, mode, policy, got, base, str(bad))), flush=True)
     print(
         f"\n(times in ms, client side over HTTP; {args.pods} measured pods after {args.warmup} warm-up pods; "
         "cpu/pod: CPU ms the server (srv) and this driver (drv) spent per measured pod, binds included; "

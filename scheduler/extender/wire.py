@@ -99,8 +99,7 @@ class NameLists:
         """The names of the array encoded as ``raw``, if met lately."""
         for i, (seen, names) in enumerate(self._lists):
             if seen == raw:
-                if i:
-                    self._lists.insert(0, self._lists.pop(i))
+                self._to_front(i)
                 return names
         return None
 
@@ -109,8 +108,7 @@ class NameLists:
         recent; the very list object is looked for first, and keeps the bytes it came with."""
         for i, (seen, known) in enumerate(self._lists):
             if known is names:
-                if i:
-                    self._lists.insert(0, self._lists.pop(i))
+                self._to_front(i)
                 return seen
         if raw is None:
             raw = orjson.dumps(names)
@@ -120,6 +118,10 @@ class NameLists:
     def remember(self, raw: bytes, names: list[str]) -> None:
         self._lists.insert(0, (raw, names))
         del self._lists[self._size :]
+
+    def _to_front(self, i: int) -> None:
+        if i:
+            self._lists.insert(0, self._lists.pop(i))
 
 
 _NODE_NAMES_KEY = b'"NodeNames":'
