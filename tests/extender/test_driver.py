@@ -1,0 +1,96 @@
+"""The benchmark driver (benchmarks/extender_driver.py) plays kube-scheduler: its shortcuts
+for reading answers without decoding thousands of entries read them as a full decoding does,
+and one short run against ``gpuslice serve`` schedules every pod without over-allocation."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from operator import itemgetter
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import orjson
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scheduler.extender import wire
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_driver() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("extender_driver", ROOT / "benchmarks" / "extender_driver.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("extender_driver", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+driver = load_driver()
+
+# node names are DNS subdomains: no quote, no bracket
+node_names = st.lists(st.from_regex(r"[a-z0-9]([a-z0-9.-]{0,12}[a-z0-9])?", fullmatch=True), max_size=12, unique=True)
+# reasons are free text, including what the driver looks for
+reasons = st.text(max_size=20) | st.sampled_from(['"NodeNames":[', "]", '"Score":10}', '"Host":"x"', "\\"])
+
+
+def full_reading(data: bytes) -> tuple[dict[str, Any], Any]:
+    decoded = orjson.loads(data)
+    names = decoded.get("NodeNames")
+    return {**decoded, "NodeNames": None}, names
+
+
+@given(names=node_names, failed=st.dictionaries(st.text(max_size=8), reasons, max_size=4), cut=st.integers(0, 12))
+def test_filter_answers_read_as_a_full_decoding_reads_them(names: list[str], failed: dict[str, str], cut: int) -> None:
+    passed = names[:cut]
+    answers = [
+        # gpuslice's own writing, and the do-nothing endpoint's (orjson's key order)
+        wire.filter_result(wire.ExtenderArgs({}, names, None), range(len(passed)), failed, passed_names=passed),
+        orjson.dumps({"Nodes": None, "NodeNames": passed, "FailedNodes": failed or None, "Error": ""}),
+        # the key inside a reason written before the real one
+        orjson.dumps({"FailedNodes": failed or None, "Why": '"NodeNames":[ "x" ]', "NodeNames": passed}),
+        orjson.dumps({"NodeNames": None, "Error": "not ready"}),
+    ]
+    for data in answers:
+        rest, raw = driver.split_filter_answer(data)
+        expected_rest, expected_names = full_reading(data)
+        assert rest == expected_rest
+        assert orjson.loads(raw) == expected_names
+
+
+@given(scores=st.lists(st.integers(0, wire.MAX_PRIORITY), max_size=40))
+def test_the_top_host_is_the_first_with_the_highest_score(scores: list[int]) -> None:
+    names = [f"node-{i}" for i in range(len(scores))]
+    answers = [
+        wire.HostPriorities([wire.host_entry(n) for n in names]).encode(np.array(scores, dtype=np.int64)),
+        wire.host_priorities(names, scores),
+        orjson.dumps([{"Score": s, "Host": n} for n, s in zip(names, scores, strict=True)]),  # another key order
+        json.dumps([{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]).encode(),  # spaces
+    ]
+    for data in answers:
+        decoded = orjson.loads(data)
+        expected = max(decoded, key=itemgetter("Score"))["Host"] if decoded else None
+        assert driver.top_host(data) == expected
+
+
+def test_a_short_run_schedules_every_pod_without_over_allocation(tmp_path: Path) -> None:
+    cluster = tmp_path / "cluster.json"
+    nodes, pods = driver.write_cluster(cluster, 40, 60, seed=3)
+    port = driver.free_port()
+    command = [*driver.gpuslice_command(), "serve", "--cluster-file", str(cluster), "--port", str(port)]
+    with driver.running(command, port, tmp_path / "serve.log") as (client, pid):
+        got = driver.play(port, pid, nodes, pods, "names", warmup=10)
+        bad = driver.over_allocated(client)
+        placed = client.get("/debug/nodes")["nodes"]
+    assert bad == 0
+    assert got.bound + got.unschedulable + got.bind_errors == 50
+    assert got.bound >= 40 and len(got.filter_ms) == 50
+    held = [entry["pod"] for node in placed for entry in node.get("pods") or []]
+    assert len(held) == len(set(held))  # no pod placed twice
+    measured = {f"bench/{pod['metadata']['name']}" for pod in pods[10:]}
+    assert len(measured & set(held)) == got.bound  # every bind the driver counted is held by the service
