@@ -180,7 +180,8 @@ class Scoreboard:
         self._index: dict[str, int] = {}
         self._order = dict(order or {})
         self._rank = np.zeros(0)
-        self._log: list[int] = []
+        self._log: list[int] = []  # positions changed by put, in order
+        self._dropped = 0  # log entries dropped so far (see ``mark``)
         self._tables: OrderedDict[int, _Table] = OrderedDict()
         self._hosts: OrderedDict[int, _Table] = OrderedDict()
         self._device_hosts: dict[tuple[int, tuple[object, ...]], bool] = {}
@@ -200,6 +201,7 @@ class Scoreboard:
         )
         self._tables.clear()
         self._hosts.clear()
+        self._dropped += len(self._log) + 1  # positions move: every earlier mark is void
         self._log.clear()
         self._cpu_free = np.array([s.cpu_free for s in self._states], dtype=np.int64)
         self._memory_free = np.array([s.memory_free for s in self._states], dtype=np.int64)
@@ -250,7 +252,19 @@ class Scoreboard:
         if len(self._log) > 8 * len(self._states) + 1024:
             self._tables.clear()
             self._hosts.clear()
+            self._dropped += len(self._log)
             self._log.clear()
+
+    @property
+    def mark(self) -> int:
+        """A point in the board's history, for :meth:`changed_since`."""
+        return self._dropped + len(self._log)
+
+    def changed_since(self, mark: int) -> set[int] | None:
+        """The positions of the nodes put since ``mark``; None when that is no longer known
+        (the log was trimmed, or a node joined or left and positions moved)."""
+        start = mark - self._dropped
+        return None if start < 0 else set(self._log[start:])
 
     def remove(self, name: str) -> None:
         i = self._index.pop(name, None)

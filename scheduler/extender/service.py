@@ -20,7 +20,7 @@ from scheduler.core.errors import RequestError
 from scheduler.core.memo import intern
 from scheduler.core.policies import REGISTRY, Policy, make_policy
 from scheduler.core.request import GpuKind, PodRequest, parse_pod
-from scheduler.core.select import evaluate, fit_cached, placement_key
+from scheduler.core.select import Scoreboard, evaluate, fit_cached, placement_key
 from scheduler.core.state import rebuild
 
 from . import logs, wire
@@ -155,7 +155,7 @@ class Extender:
                 args, range(len(args.names)), passed_names=listing.names, names_json=self._names_json(args, listing)
             )
         policy = self.policy_for(request)
-        failed: dict[str, str] = {}
+        failed: _Failures | None = None
         cache = self.cache
         demand = request.demand
         demand_key = intern(demand)
@@ -175,18 +175,19 @@ class Extender:
                     failing, listing, lambda name: cache.unresolvable(name, demand, demand_key), cache.problem
                 )
                 states = cache.board.states
-                names = listing.names
                 where = listing.positions
-                for i in failing[~verdict.never[failing]].tolist():
+
+                def reason(i: int) -> str:
                     if where[i] < 0:
-                        failed[names[i]] = UNKNOWN_NODE
-                    else:
-                        # the score table has just evaluated this node: the reason is in its memo
-                        result = evaluate(policy, demand, states[where[i]], placed_key)
-                        failed[names[i]] = result if isinstance(result, str) else "no longer fits"
+                        return UNKNOWN_NODE
+                    # the score table has just evaluated this node: the reason is in its memo
+                    result = evaluate(policy, demand, states[where[i]], placed_key)
+                    return result if isinstance(result, str) else "no longer fits"
+
+                failed = verdict.failures(placed_key).update(~fits & ~verdict.never, listing, cache.board, reason)
         unresolvable_json, tally = verdict.encoded(listing, fits) if verdict is not None else (None, None)
-        if failed:
-            self.metrics.reject(failed.values())
+        if failed is not None:
+            self.metrics.reject_counts(failed.tally)
         if tally:
             self.metrics.reject_counts(tally)
         log.info(
@@ -195,7 +196,7 @@ class Extender:
                 "pod": request.key,
                 "request": request.demand.gpu.describe(),
                 "passed": len(passed_names),
-                "failed": len(failed),
+                "failed": len(failed.reasons) if failed is not None else 0,
                 "unresolvable": verdict.count if verdict is not None else 0,
                 "node": passed_names[0] if len(passed_names) == 1 else None,
             },
@@ -203,8 +204,8 @@ class Extender:
         return wire.filter_result(
             args,
             np.flatnonzero(fits).tolist() if args.nodes is not None else [],
-            failed,
             passed_names=passed_names,
+            failed_json=failed.encoded() if failed is not None else None,
             unresolvable_json=unresolvable_json,
             names_json=self._names_json(args, survivors),
         )
@@ -396,7 +397,7 @@ class _Listing:
     prioritize answer, per demand which nodes it can never fit (:class:`_Verdict`), and the
     lists of survivors filter passed from it (each a listing of its own, for prioritize)."""
 
-    __slots__ = ("_survivors", "_template", "_verdicts", "all_known", "layout", "names", "positions", "raw")
+    __slots__ = ("_index", "_survivors", "_template", "_verdicts", "all_known", "layout", "names", "positions", "raw")
 
     _MAX_VERDICTS = 64
     _MAX_SURVIVORS = 32
@@ -410,6 +411,16 @@ class _Listing:
         self._template: wire.HostPriorities | None = None
         self._verdicts: OrderedDict[int, _Verdict] = OrderedDict()
         self._survivors: OrderedDict[bytes, _Listing] = OrderedDict()
+        self._index: dict[int, int] | bool | None = None  # False: a name is listed twice
+
+    def index(self) -> dict[int, int] | None:
+        """Board position -> position in this list, for the known nodes; None if a name is listed twice."""
+        if self._index is None:
+            if len(set(self.names)) != len(self.names):
+                self._index = False
+            else:
+                self._index = {p: i for i, p in enumerate(self.positions.tolist()) if p >= 0}
+        return self._index if isinstance(self._index, dict) else None
 
     def survivors(self, fits: np.ndarray, entries: Callable[[], np.ndarray]) -> _Listing:
         """The listed nodes where ``fits``, as a listing (itself if all fit), kept per outcome.
@@ -455,10 +466,11 @@ class _Verdict:
     FailedAndUnresolvableNodes. It depends only on the nodes' inventories, so it is worked
     out once per node and the encoded map is reused until an inventory changes."""
 
-    __slots__ = ("_encoded", "count", "inventory", "known", "never", "reasons", "tally")
+    __slots__ = ("_encoded", "_failures", "count", "inventory", "known", "never", "reasons", "tally")
 
     def __init__(self, inventory: int, size: int) -> None:
         self.inventory = inventory
+        self._failures: dict[int | None, _Failures] = {}  # per placement key
         self.known = np.zeros(size, dtype=bool)
         self.never = np.zeros(size, dtype=bool)
         self.reasons: dict[int, str] = {}  # position in the listing -> why never
@@ -502,6 +514,83 @@ class _Verdict:
         if self._encoded is None:
             self._encoded = wire.dumps({names[i]: r for i, r in sorted(self.reasons.items())})
         return self._encoded, self.tally
+
+    def failures(self, placed_key: int | None) -> _Failures:
+        """The listed nodes the demand could fit after preemption, with their reasons (per
+        placement key: a policy may explain a node its own way)."""
+        found = self._failures.get(placed_key)
+        if found is None:
+            if len(self._failures) >= 4:  # a policy whose version moves leaves old keys behind
+                self._failures.clear()
+            found = self._failures[placed_key] = _Failures(len(self.known))
+        return found
+
+
+class _Failures:
+    """FailedNodes of one demand on one listing: the nodes that do not fit now but could after
+    preemption, and why, kept from call to call.
+
+    In a busy cluster most nodes are full, and a reason per full node per call cost more than
+    all the scoring. A reason depends only on the demand and the node's state, so only the
+    nodes that joined the map, and those put on the board since the last call, are asked
+    again (``Scoreboard.changed_since``); the map, its JSON and its reasons counted are
+    updated in place.
+    """
+
+    __slots__ = ("_json", "mark", "member", "names", "reasons", "tally")
+
+    def __init__(self, size: int) -> None:
+        self.member = np.zeros(size, dtype=bool)  # which listed nodes are in the map
+        self.reasons: dict[int, str] = {}  # position in the listing -> reason
+        self.names: dict[str, str] = {}  # the map itself: node -> reason
+        self.tally: Counter[str] = Counter()
+        self.mark = -1  # the board's mark when last brought up to date
+        self._json: bytes | None = None
+
+    def update(self, want: np.ndarray, listing: _Listing, board: Scoreboard, reason: Callable[[int], str]) -> _Failures:
+        """Make the map hold exactly the listed nodes where ``want``, each with ``reason(i)``
+        (``i`` its position in ``listing``). Caller holds the cache lock."""
+        changed = board.changed_since(self.mark)
+        index = listing.index()
+        if changed is None or index is None:  # history unknown, or a name listed twice: ask every node again
+            self.member[:] = False
+            self.reasons.clear()
+            self.names.clear()
+            self.tally.clear()
+            self._json = None
+        ask = np.flatnonzero(want & ~self.member).tolist()
+        if changed and index is not None:
+            ask.extend(i for p in changed if (i := index.get(p)) is not None and self.member[i] and want[i])
+        names = listing.names
+        for i in np.flatnonzero(self.member & ~want).tolist():
+            self._drop(i, names[i])
+        for i in ask:
+            new = reason(i)
+            if self.reasons.get(i) != new:
+                self._drop(i, names[i])
+                self.reasons[i] = self.names[names[i]] = new
+                self.tally[new] += 1
+                self._json = None
+        self.member = want
+        self.mark = board.mark
+        return self
+
+    def _drop(self, i: int, name: str) -> None:
+        old = self.reasons.pop(i, None)
+        if old is not None:
+            del self.names[name]
+            self.tally[old] -= 1
+            if not self.tally[old]:
+                del self.tally[old]
+            self._json = None
+
+    def encoded(self) -> bytes | None:
+        """The map as JSON; None when it is empty."""
+        if not self.names:
+            return None
+        if self._json is None:
+            self._json = wire.dumps(self.names)
+        return self._json
 
 
 def _pod_key(pod: Mapping[str, Any]) -> str:

@@ -218,11 +218,12 @@ def filter_result(
     passed_names: list[str] | None = None,
     unresolvable_json: bytes | None = None,
     names_json: bytes | None = None,
+    failed_json: bytes | None = None,
 ) -> bytes:
     """ExtenderFilterResult; ``passed`` are positions in ``args.names`` (``passed_names`` their
     names, if at hand; ``names_json`` those names already encoded). Full Nodes in, Nodes out.
-    ``unresolvable_json``, if given, is the FailedAndUnresolvableNodes map already encoded
-    (``unresolvable`` is then ignored)."""
+    ``unresolvable_json`` and ``failed_json``, if given, are the FailedAndUnresolvableNodes and
+    FailedNodes maps already encoded (``unresolvable`` and ``failed`` are then ignored)."""
     nodes = b"null"
     names = b"null"
     if args is not None:
@@ -246,7 +247,7 @@ def filter_result(
             b',"NodeNames":',
             names,
             b',"FailedNodes":',
-            orjson.dumps(dict(failed) if failed else None),
+            failed_json if failed_json is not None else orjson.dumps(dict(failed) if failed else None),
             b',"FailedAndUnresolvableNodes":',
             unresolvable_json,
             b',"Error":',

@@ -121,3 +121,31 @@ def test_scoreboard_best_equals_a_full_rank_after_changes() -> None:
         got = board.best(policy, demand)
         assert got is not None and got == expected.placements[0]
         board.put(board.get(got.node).apply(f"p{k}", got.allocation))  # type: ignore[union-attr]
+
+
+def test_scoreboard_tells_which_nodes_changed_since_a_mark() -> None:
+    def state(name: str) -> NodeState:  # a new state object each time: put counts it as a change
+        return make_state(name=name, gpus=1, mode="mps")
+
+    board = Scoreboard([state(f"n{i}") for i in range(3)])
+    start = board.mark
+    assert board.changed_since(start) == set()
+    board.put(state("n1"))
+    middle = board.mark
+    assert board.changed_since(start) == {1} and board.changed_since(middle) == set()
+    board.put(state("n2"))
+    board.put(state("n1"))
+    assert board.changed_since(start) == {1, 2} and board.changed_since(middle) == {1, 2}
+    # a node joins: positions may move, so no earlier mark can be answered
+    board.put(state("n3"))
+    assert board.changed_since(middle) is None and board.changed_since(board.mark) == set()
+    # the log is trimmed after many changes: marks from before it are void
+    joined = board.mark
+    for _ in range(8 * len(board) + 1025):
+        board.put(state("n0"))
+    assert board.changed_since(joined) is None and board.changed_since(board.mark) == set()
+    # a join also voids a mark taken when nothing had changed yet
+    fresh = Scoreboard([state("a")])
+    quiet = fresh.mark
+    fresh.put(state("b"))
+    assert fresh.changed_since(quiet) is None

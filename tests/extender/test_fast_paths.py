@@ -169,6 +169,31 @@ def test_filter_and_prioritize_equal_the_node_by_node_answers(serve: Any, policy
         assert served.post("bind", binding(pod, top)) == {"Error": ""}, i
 
 
+@pytest.mark.parametrize(("policy", "seed"), [("binpack", 4), ("fgd", 5)])
+def test_failed_nodes_follow_binds_and_deletions(serve: Any, policy: str, seed: int) -> None:
+    # FailedNodes is kept per demand and only the nodes changed since are asked again: pods of
+    # a few kinds come back and forth, nodes fill up (join the map), change while full (their
+    # reason may change) and empty again when pods go (leave the map).
+    rng = random.Random(seed)
+    kinds = [{"cpu": "2", **KINDS[2]}, {"cpu": "4", **KINDS[5]}, {"cpu": "1", **KINDS[6]}]
+    pods = [k8s_pod(f"p{i}", **rng.choice(kinds)) for i in range(80)]
+    probes = [k8s_pod(f"probe{k}", **kind) for k, kind in enumerate(kinds)]
+    served = serve(*cluster(), *pods, *probes, policy=policy)
+    extender = served.extender
+    bound: list[str] = []
+    for i, pod in enumerate(pods):
+        if bound and rng.random() < 0.3:  # a pod ends: its node may fit again
+            gone = bound.pop(rng.randrange(len(bound)))
+            served.backend.delete_pod(f"default/{gone}")
+        got = served.post("filter", filter_args(pod, NAMES))
+        if got["NodeNames"]:
+            top = max(served.post("prioritize", filter_args(pod, got["NodeNames"])), key=lambda hp: hp["Score"])
+            assert served.post("bind", binding(pod, top["Host"])) == {"Error": ""}, i
+            bound.append(pod["metadata"]["name"])
+        for probe in probes:
+            assert served.post("filter", filter_args(probe, NAMES)) == reference_filter(extender, probe, NAMES), i
+
+
 def test_a_node_that_changes_model_is_judged_again(serve: Any) -> None:
     big, pod = k8s_pod("big", gpu_memory="70000"), k8s_pod("p", gpu_memory="20Gi")
     served = serve(k8s_node("a", gpus=1), k8s_node("t4", gpus=1, model="T4", mode="time-slicing"), big, pod)
