@@ -299,8 +299,8 @@ def split_filter_answer(data: bytes) -> tuple[dict[str, Any], bytes]:
     at = data.find(NAMES_KEY)
     if at >= 0:
         begin = at + len(NAMES_KEY)
-        if data[begin : begin + 1] == b"[":
-            end = data.index(b"]", begin) + 1
+        end = data.find(b"]", begin) + 1
+        if data[begin : begin + 1] == b"[" and end:
             try:
                 return orjson.loads(data[:begin] + b"null" + data[end:]), data[begin:end]
             except orjson.JSONDecodeError:
@@ -356,16 +356,12 @@ def play(
         for p in pods
     ]
 
-    def args(pod: bytes, survivors: bytes | list[str] | None) -> bytes:
+    def args(pod: bytes, listed: bytes | None) -> bytes:
+        """The ExtenderArgs body: ``listed`` is the survivors' NodeNames array or NodeList as
+        JSON, None for every node."""
         if mode == "names":
-            listed = all_names if survivors is None else survivors
-            assert isinstance(listed, bytes)
-            return b'{"Pod":' + pod + b',"Nodes":null,"NodeNames":' + listed + b"}"
-        assert not isinstance(survivors, bytes)
-        listed = (
-            all_nodes if survivors is None else orjson.dumps({"metadata": {}, "items": [by_name[n] for n in survivors]})
-        )
-        return b'{"Pod":' + pod + b',"Nodes":' + listed + b',"NodeNames":null}'
+            return b'{"Pod":' + pod + b',"Nodes":null,"NodeNames":' + (listed or all_names) + b"}"
+        return b'{"Pod":' + pod + b',"Nodes":' + (listed or all_nodes) + b',"NodeNames":null}'
 
     filter_ms: list[float] = []
     prioritize_ms: list[float] = []
@@ -401,14 +397,14 @@ def play(
             t0 = time.perf_counter()
             data = conn.post(b"/filter", body)
             t1 = time.perf_counter()
-            survivors: bytes | list[str]
             if mode == "names":
                 result, survivors = split_filter_answer(data)
                 empty = survivors in (b"[]", b"null")
             else:
                 result = orjson.loads(data)
-                survivors = [n["metadata"]["name"] for n in (result["Nodes"] or {}).get("items", [])]
-                empty = not survivors
+                items = (result["Nodes"] or {}).get("items", [])
+                survivors = orjson.dumps({"metadata": {}, "items": [by_name[n["metadata"]["name"]] for n in items]})
+                empty = not items
             if result.get("Error"):
                 raise RuntimeError(f"filter failed: {data[:300]!r}")
             if i >= warmup:
@@ -424,7 +420,7 @@ def play(
                 prioritize_ms.append((t3 - t2) * 1000)
             top = top_host(data)
             if top is None:
-                raise RuntimeError(f"prioritize answered no host for {len(survivors)} survivors")
+                raise RuntimeError(f"prioritize answered no host: {data[:300]!r}")
             pending.append(pool.submit(bind, i, top))
         errors = sum(1 for f in pending if f.result())
         elapsed = time.perf_counter() - started

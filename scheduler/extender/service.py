@@ -549,7 +549,8 @@ class _Failures:
 
     def update(self, want: np.ndarray, listing: _Listing, board: Scoreboard, reason: Callable[[int], str]) -> _Failures:
         """Make the map hold exactly the listed nodes where ``want``, each with ``reason(i)``
-        (``i`` its position in ``listing``). Caller holds the cache lock."""
+        (``i`` its position in ``listing``). Caller holds the cache lock. The board is replaced
+        only when nodes join, which makes a new listing: ``mark`` is always of this board."""
         changed = board.changed_since(self.mark)
         index = listing.index()
         if changed is None or index is None:  # history unknown, or a name listed twice: ask every node again
