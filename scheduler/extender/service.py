@@ -533,65 +533,60 @@ class _Failures:
     In a busy cluster most nodes are full, and a reason per full node per call cost more than
     all the scoring. A reason depends only on the demand and the node's state, so only the
     nodes that joined the map, and those put on the board since the last call, are asked
-    again (``Scoreboard.changed_since``); the map, its JSON and its reasons counted are
-    updated in place.
+    again (``Scoreboard.changed_since``); the reasons counted are updated in place and the
+    JSON is made again only when a reason changed.
     """
 
-    __slots__ = ("_json", "mark", "member", "names", "reasons", "tally")
+    __slots__ = ("_json", "mark", "member", "reasons", "tally")
 
     def __init__(self, size: int) -> None:
         self.member = np.zeros(size, dtype=bool)  # which listed nodes are in the map
         self.reasons: dict[int, str] = {}  # position in the listing -> reason
-        self.names: dict[str, str] = {}  # the map itself: node -> reason
         self.tally: Counter[str] = Counter()
         self.mark = -1  # the board's mark when last brought up to date
         self._json: bytes | None = None
 
     def update(self, want: np.ndarray, listing: _Listing, board: Scoreboard, reason: Callable[[int], str]) -> _Failures:
         """Make the map hold exactly the listed nodes where ``want``, each with ``reason(i)``
-        (``i`` its position in ``listing``). Caller holds the cache lock. The board is replaced
-        only when nodes join, which makes a new listing: ``mark`` is always of this board."""
+        (``i`` its position in ``listing``), and encode it. Caller holds the cache lock. The
+        board is replaced only when nodes join, which makes a new listing: ``mark`` is always
+        of this board."""
         changed = board.changed_since(self.mark)
         index = listing.index()
         if changed is None or index is None:  # history unknown, or a name listed twice: ask every node again
             self.member[:] = False
             self.reasons.clear()
-            self.names.clear()
             self.tally.clear()
             self._json = None
         ask = np.flatnonzero(want & ~self.member).tolist()
         if changed and index is not None:
             ask.extend(i for p in changed if (i := index.get(p)) is not None and self.member[i] and want[i])
-        names = listing.names
         for i in np.flatnonzero(self.member & ~want).tolist():
-            self._drop(i, names[i])
+            self._count(self.reasons.pop(i), -1)
         for i in ask:
             new = reason(i)
-            if self.reasons.get(i) != new:
-                self._drop(i, names[i])
-                self.reasons[i] = self.names[names[i]] = new
-                self.tally[new] += 1
-                self._json = None
+            old = self.reasons.get(i)
+            if old != new:
+                if old is not None:
+                    self._count(old, -1)
+                self.reasons[i] = new
+                self._count(new, 1)
         self.member = want
         self.mark = board.mark
+        if self._json is None and self.reasons:
+            names = listing.names
+            self._json = wire.dumps({names[i]: r for i, r in self.reasons.items()})
         return self
 
-    def _drop(self, i: int, name: str) -> None:
-        old = self.reasons.pop(i, None)
-        if old is not None:
-            del self.names[name]
-            self.tally[old] -= 1
-            if not self.tally[old]:
-                del self.tally[old]
-            self._json = None
+    def _count(self, reason: str, n: int) -> None:
+        self.tally[reason] += n
+        if not self.tally[reason]:
+            del self.tally[reason]
+        self._json = None
 
     def encoded(self) -> bytes | None:
         """The map as JSON; None when it is empty."""
-        if not self.names:
-            return None
-        if self._json is None:
-            self._json = wire.dumps(self.names)
-        return self._json
+        return self._json if self.reasons else None
 
 
 def _pod_key(pod: Mapping[str, Any]) -> str:
