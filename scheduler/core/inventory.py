@@ -33,7 +33,8 @@ class Device:
 
     ``mig_instances`` non-empty means a static MIG geometry; an empty tuple on a MIG
     device means dynamic MIG, restricted to ``mig_allowed`` (empty: every profile of
-    the model's layout).
+    the model's layout). An unhealthy GPU (a fatal XID, fallen off the bus: the node agent
+    reports it) keeps its shares but takes nothing new; ``unhealthy_reason`` says why.
     """
 
     uuid: str
@@ -44,6 +45,8 @@ class Device:
     replicas: int = 1
     mig_instances: tuple[MigInstance, ...] = ()
     mig_allowed: tuple[str, ...] = ()
+    healthy: bool = True
+    unhealthy_reason: str = ""
 
     @property
     def memory_mib(self) -> int:

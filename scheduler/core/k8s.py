@@ -78,7 +78,9 @@ def _check_static(node: str, device: Device) -> None:
         used = (*used, mig.slot_of(inst.profile, inst.start))
 
 
-def _from_annotation(name: str, text: object) -> tuple[list[Device], set[tuple[int, int]], dict[str, int]]:
+def _from_annotation(
+    name: str, text: object, defaults: tuple[int, int]
+) -> tuple[list[Device], set[tuple[int, int]], tuple[int, int]]:
     try:
         body = json.loads(text) if isinstance(text, str) else None
     except (ValueError, RecursionError) as exc:
@@ -139,11 +141,11 @@ def _from_annotation(name: str, text: object) -> tuple[list[Device], set[tuple[i
             if isinstance(peer, bool) or not isinstance(peer, int):
                 raise _problem(name, f"device {index}: nvlinkPeers must be GPU indices")
             links.add((min(index, peer), max(index, peer)))
-    options = {
-        "mps": _int(name, body, "mpsComputeOversubscriptionPct", 100, 100),
-        "ts": _int(name, body, "timeSlicingMemoryOversubscriptionPct", 100, 100),
-    }
-    return devices, links, options
+    oversubscription = (
+        _int(name, body, "mpsComputeOversubscriptionPct", defaults[0], 100),
+        _int(name, body, "timeSlicingMemoryOversubscriptionPct", defaults[1], 100),
+    )
+    return devices, links, oversubscription
 
 
 def _static_layout(name: str, model: GpuModel, count: int, profiles: dict[str, int]) -> list[list[MigInstance]]:
@@ -261,8 +263,14 @@ def _from_labels(name: str, labels: Mapping[str, str], allocatable: Mapping[str,
     ]
 
 
-def parse_node(node: Mapping[str, Any], prefix: str = DEFAULT_PREFIX) -> Node:
-    """The core's view of a Kubernetes Node; :class:`InventoryError` names the node and the field."""
+def parse_node(
+    node: Mapping[str, Any], prefix: str = DEFAULT_PREFIX, oversubscription: tuple[int, int] = (100, 100)
+) -> Node:
+    """The core's view of a Kubernetes Node; :class:`InventoryError` names the node and the field.
+
+    ``oversubscription`` is the (MPS compute, time-slicing memory) oversubscription in percent
+    for a node whose inventory sets none.
+    """
     if not isinstance(node, Mapping):
         raise InventoryError("node must be a JSON object")
     meta = node.get("metadata") or {}
@@ -284,13 +292,13 @@ def parse_node(node: Mapping[str, Any], prefix: str = DEFAULT_PREFIX) -> Node:
     except ValueError as exc:
         raise _problem(name, f"status.allocatable has a malformed quantity: {exc}") from exc
     links: set[tuple[int, int]] = set()
-    options = {"mps": 100, "ts": 100}
+    options = oversubscription
     if prefix + "inventory" in annotations:
-        devices, links, options = _from_annotation(name, annotations[prefix + "inventory"])
+        devices, links, options = _from_annotation(name, annotations[prefix + "inventory"], oversubscription)
     else:
         devices = _from_labels(name, labels, allocatable)
     indices = [d.index for d in devices]
     if sorted(indices) != list(range(len(devices))):
         raise _problem(name, f"GPU indices must be 0..{len(devices) - 1} without gaps, got {sorted(indices)}")
     devices.sort(key=lambda d: d.index)
-    return Node(name, cpu, memory, tuple(devices), pods, frozenset(links), options["mps"], options["ts"])
+    return Node(name, cpu, memory, tuple(devices), pods, frozenset(links), options[0], options[1])
