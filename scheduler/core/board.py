@@ -31,9 +31,8 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from .capacity import GAP_LEVELS, device_kind
+from .capacity import GAP_LEVELS
 from .fit import fit, host_reason
-from .inventory import Node
 from .policies.base import Policy, Reads, demand_key, reads, version
 from .request import Demand
 from .select import NO_MOVE, Placement, Scored, evaluate, finish, score_node
@@ -298,7 +297,7 @@ class Board:
         self._cpu_free[i] = state.cpu_free
         self._memory_free[i] = state.memory_free
         self._room[i] = state.node.max_pods - len(state.pods)
-        kind = self._kinds.of(node_kind(state.node))
+        kind = self._kinds.of(state.node.kind)
         self._kind[i] = kind
         if len(self._signatures) > self._MAX_SIGNATURES:  # ids are never reused: start the tables afresh
             self._signatures = _Ids()
@@ -344,10 +343,15 @@ class Board:
             table.grow(self._size)
         return table
 
-    def _score_table(self, policy: Policy, demand: Demand, positions: np.ndarray) -> _ScoreTable:
-        """The score table of (policy, demand), brought up to date on ``positions`` (all known)."""
+    def _score_table(self, policy: Policy, demand: Demand, positions: np.ndarray | None) -> _ScoreTable:
+        """The score table of (policy, demand), brought up to date on ``positions`` (all known;
+        None: every position)."""
         table = self._kept(self._scores, (policy, version(policy), demand_key(policy, demand)), _ScoreTable)
-        stale = positions[table.stamps[positions] != self._stamp[positions]]
+        if positions is None:
+            n = self._size
+            stale = np.flatnonzero(table.stamps[:n] != self._stamp[:n])
+        else:
+            stale = positions[table.stamps[positions] != self._stamp[positions]]
         if len(stale):
             shared = Reads.PODS not in reads(policy)
             memo = table.by_signature
@@ -378,8 +382,19 @@ class Board:
             table.stamps[stale] = self._stamp[stale]
         return table
 
-    def _raw(self, policy: Policy, demand: Demand, positions: np.ndarray) -> tuple[np.ndarray, _ScoreTable]:
-        """Raw scores per position, ``-inf`` where the pod does not fit; and the score table."""
+    def _raw(self, policy: Policy, demand: Demand, positions: np.ndarray | None) -> tuple[np.ndarray, _ScoreTable]:
+        """Raw scores per position (None: every position, in order, free ones never fitting),
+        ``-inf`` where the pod does not fit; and the score table."""
+        if positions is None:  # slices: no gathering of every array
+            n = self._size
+            table = self._score_table(policy, demand, None)
+            fits = (
+                self._alive[:n]
+                & (self._room[:n] > 0)
+                & (self._cpu_free[:n] >= demand.cpu_milli)
+                & (self._memory_free[:n] >= demand.memory_mib)
+            )
+            return np.where(fits, table.scores[:n], -np.inf), table
         where = positions >= 0
         known = positions[where]
         table = self._score_table(policy, demand, known)
@@ -459,40 +474,33 @@ class Board:
     def scores(self, policy: Policy, demand: Demand, positions: np.ndarray | None = None) -> np.ndarray:
         """Per position (all nodes if None), the policy's finished score: adjusted for the
         cluster, normalised over the listed nodes that fit; ``-inf`` where the pod does not fit."""
-        positions = self.everyone() if positions is None else positions
+        if positions is None:
+            return self._finished(policy, demand, None)[self._alive[: self._size]]
+        return self._finished(policy, demand, positions)
+
+    def _finished(self, policy: Policy, demand: Demand, positions: np.ndarray | None) -> np.ndarray:
         scores, table = self._raw(policy, demand, positions)
-        moves = np.full((2, len(positions)), -1, dtype=np.int64)
-        where = positions >= 0
-        moves[:, where] = table.moves[:, positions[where]]
+        if positions is None:
+            moves = table.moves[:, : self._size]
+        else:
+            moves = np.full((2, len(positions)), -1, dtype=np.int64)
+            where = positions >= 0
+            moves[:, where] = table.moves[:, positions[where]]
         return finish(policy, demand, scores, _Cluster(self._gaps, moves))
 
     def best(self, policy: Policy, demand: Demand) -> Placement | None:
         """The winning placement over every node (ties: the lowest ``order``, then position)."""
-        positions = self.everyone()
-        if not len(positions):
+        if not self._index:
             return None
-        scores = self.scores(policy, demand, positions)
+        scores = self._finished(policy, demand, None)
         feasible = np.flatnonzero(scores > -np.inf)
         if not len(feasible):
             return None
         values = scores[feasible]
         top = feasible[values == values.max()]
-        chosen = int(top[np.argmin(self._rank[positions[top]])]) if len(top) > 1 else int(top[0])
-        state = self._states[int(positions[chosen])]
+        chosen = int(top[np.argmin(self._rank[top])]) if len(top) > 1 else int(top[0])
+        state = self._states[chosen]
         assert state is not None
         result = evaluate(policy, demand, state)
         assert not isinstance(result, str), result
         return Placement(result.node, float(scores[chosen]), result.allocation)
-
-
-def node_kind(node: Node) -> Hashable:
-    """What makes two nodes alike, apart from their names, GPU UUIDs and usage."""
-    return (
-        node.cpu_milli,
-        node.memory_mib,
-        node.max_pods,
-        node.nvlink,
-        node.mps_compute_oversub_pct,
-        node.ts_memory_oversub_pct,
-        tuple(device_kind(d) for d in node.devices),
-    )

@@ -20,7 +20,7 @@ messages with Go's ``fmt``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import NamedTuple
 
 from . import mig
 from .allocation import Allocation, DeviceShare, MigSlot
@@ -30,8 +30,10 @@ from .request import MILLI
 GAP_LEVELS = 100  # gap histograms count a GPU's free share in hundredths
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceUsage:
+class DeviceUsage(NamedTuple):
+    """What a GPU holds. A named tuple, not a dataclass: it is hashed and compared in every
+    fit question, and a tuple does both in C."""
+
     memory_mib: int = 0
     compute_milli: int = 0
     shares: int = 0
@@ -62,24 +64,15 @@ class Free:
     detail: str  # MIG slots in use, MPS clients, time-slicing replicas
 
 
-def device_kind(device: Device) -> tuple[Any, ...]:
+def device_kind(device: Device) -> int:
     """What makes two GPUs interchangeable for the capacity model, apart from their usage."""
-    return (
-        device.model.name,
-        device.model.memory_mib,
-        device.mode,
-        device.mps_client_limit,
-        device.replicas,
-        tuple((i.profile.name, i.start) for i in device.mig_instances),
-        device.mig_allowed,
-        device.healthy,
-    )
+    return device.kind
 
 
-def device_key(node: Node, device: Device, usage: DeviceUsage) -> tuple[Any, ...]:
+def device_key(node: Node, device: Device, usage: DeviceUsage) -> tuple[int, int, int, DeviceUsage]:
     """Everything the capacity model reads of one GPU (its kind, its usage, the node's
     oversubscription): GPUs with equal keys answer every fit question alike."""
-    return (*device_kind(device), node.mps_compute_oversub_pct, node.ts_memory_oversub_pct, usage)
+    return (device.kind, node.mps_compute_oversub_pct, node.ts_memory_oversub_pct, usage)
 
 
 def is_whole(device: Device, share: DeviceShare) -> bool:

@@ -48,7 +48,8 @@ class _Share:
     instance_start: int | None = None  # a static MIG instance: the one at this start
 
 
-_SHARES: dict[tuple[GpuRequest, tuple[Any, ...]], _Share | Refusal] = {}
+# Per request, per device key: a request is looked up once per node, not once per GPU.
+_SHARES: dict[GpuRequest, dict[tuple[Any, ...], _Share | Refusal]] = {}
 
 
 def _mig_share(device: Device, usage: DeviceUsage, profiles: list[MigProfile], wanted: str) -> _Share | Refusal:
@@ -114,17 +115,33 @@ def _work_out(gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage) -
     return _Share(memory, compute) if problem is None else problem
 
 
-def device_share(gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage) -> DeviceShare | Refusal:
-    """The share ``gpu`` would get on one device, or why it cannot."""
+def _table(gpu: GpuRequest) -> dict[tuple[Any, ...], _Share | Refusal]:
+    table = _SHARES.get(gpu)
+    if table is None:
+        if len(_SHARES) > _TABLE_LIMIT // 64:
+            _SHARES.clear()
+        table = _SHARES[gpu] = {}
+    elif len(table) > _TABLE_LIMIT:
+        table.clear()
+    return table
+
+
+def device_share(
+    gpu: GpuRequest,
+    node: Node,
+    device: Device,
+    usage: DeviceUsage,
+    table: dict[tuple[Any, ...], _Share | Refusal] | None = None,
+) -> DeviceShare | Refusal:
+    """The share ``gpu`` would get on one device, or why it cannot (``table``: ``gpu``'s, if at hand)."""
     bad = unhealthy(device)
     if bad is not None:
         return bad
-    key = (gpu, device_key(node, device, usage))
-    found = _SHARES.get(key)
+    known = _table(gpu) if table is None else table
+    key = device_key(node, device, usage)
+    found = known.get(key)
     if found is None:
-        if len(_SHARES) > _TABLE_LIMIT:
-            _SHARES.clear()
-        found = _SHARES[key] = _work_out(gpu, node, device, usage)
+        found = known[key] = _work_out(gpu, node, device, usage)
     if isinstance(found, Refusal):
         return found
     uuid = device.uuid
@@ -187,10 +204,11 @@ def gpu_options(gpu: GpuRequest, state: NodeState) -> tuple[list[DeviceShare], l
     node = state.node
     options: list[DeviceShare] = []
     refusals: list[Refusal] = []
+    table = _table(gpu)
     for device, used in zip(node.devices, state.usage, strict=True):
         if not gpu.allows_model(device.model.name) or not gpu.allows_mode(device.mode):
             continue
-        result = device_share(gpu, node, device, used)
+        result = device_share(gpu, node, device, used, table)
         if isinstance(result, Refusal):
             refusals.append(result)
         else:

@@ -213,6 +213,9 @@ class Fragmentation:
         self._weights = [p for _, p in shapes]
         self._devices: dict[tuple[Any, ...], tuple[int, int]] = {}
         self._popularity: dict[int, float] = {}
+        # The last node state asked about and its profiles: a node's candidates are scored one
+        # after another, and each asks for the same profiles.
+        self._last: tuple[NodeState | None, list[tuple[int, int]]] = (None, [])
 
     def device_profile(self, node: Node, device: Device, usage: DeviceUsage) -> tuple[int, int]:
         """(free milli-GPU, bit mask of the typical shapes one share of which fits)."""
@@ -255,8 +258,13 @@ class Fragmentation:
         return total
 
     def profiles(self, state: NodeState) -> list[tuple[int, int]]:
-        node = state.node
-        return [self.device_profile(node, d, u) for d, u in zip(node.devices, state.usage, strict=True)]
+        """(free milli-GPU, shapes it can host) of each of the node's GPUs."""
+        last, found = self._last
+        if last is not state:
+            node = state.node
+            found = [self.device_profile(node, d, u) for d, u in zip(node.devices, state.usage, strict=True)]
+            self._last = (state, found)
+        return found
 
     def node_frag(self, state: NodeState) -> float:
         return self.frag(self.profiles(state), state.cpu_free)
@@ -269,7 +277,7 @@ class Fragmentation:
     def frag_after(self, state: NodeState, alloc: Allocation, profiles: list[tuple[int, int]] | None = None) -> float:
         """F_n(M) once ``alloc`` is placed on ``state`` (``profiles``: the state's, if at hand)."""
         node = state.node
-        after = list(profiles) if profiles is not None else self.profiles(state)
+        after = list(profiles if profiles is not None else self.profiles(state))
         for share in alloc.shares:
             device = node.devices[share.index]
             after[share.index] = self.device_profile(node, device, add_share(device, state.usage[share.index], share))

@@ -23,7 +23,7 @@ import numpy as np
 from .allocation import Allocation
 from .capacity import GAP_LEVELS, add_share, device_key, free, gap_level
 from .fit import gpu_fit, host_reason
-from .policies.base import Policy
+from .policies.base import Policy, Reads, reads
 from .request import Demand, GpuKind
 from .state import NodeState
 
@@ -103,11 +103,14 @@ def _scored(
 
 def score_node(policy: Policy, demand: Demand, state: NodeState) -> Scored | str:
     """The node's score for ``demand``'s GPU request (host resources not checked), or why
-    the GPU request does not fit."""
+    the GPU request does not fit; with the gap move of its placement for a policy that
+    reads the cluster's gaps (else no move, and no tiebreak asked)."""
     scored = _scored(policy, demand, state)
     if isinstance(scored, str):
         return scored
     groups, scores, top = scored
+    if Reads.GAPS not in reads(policy):
+        return Scored(top, NO_MOVE)
     tied = [members[0] for members, s in zip(groups, scores, strict=True) if s == top]
     return Scored(top, gap_move(demand, state, _best_of(policy, demand, state, tied)))
 

@@ -8,7 +8,7 @@ whatever its source; a GPU that turned unhealthy keeps the records it already ho
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from .allocation import Allocation, decode_record
 from .capacity import EMPTY, DeviceUsage, Free, add_share, free, gap_level, refusal, remove_share
@@ -23,6 +23,15 @@ class NodeState:
     cpu_milli: int = 0
     memory_mib: int = 0
     pods: tuple[tuple[str, Allocation], ...] = ()
+    # What is left on each GPU: derived from the fields above when the state is made (a
+    # state never changes), because nearly every question about a node reads it.
+    frees: tuple[Free, ...] = field(init=False, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        node = self.node
+        object.__setattr__(
+            self, "frees", tuple(free(node, d, u) for d, u in zip(node.devices, self.usage, strict=True))
+        )
 
     @staticmethod
     def empty(node: Node) -> NodeState:
@@ -36,18 +45,17 @@ class NodeState:
     def memory_free(self) -> int:
         return self.node.memory_mib - self.memory_mib
 
-    def free(self) -> list[Free]:
+    def free(self) -> tuple[Free, ...]:
         """What is left on each GPU (see :func:`~scheduler.core.capacity.free`)."""
-        node = self.node
-        return [free(node, d, u) for d, u in zip(node.devices, self.usage, strict=True)]
+        return self.frees
 
     def free_milli(self) -> int:
         """The node's free share summed over its GPUs, in milli-GPU."""
-        return sum(f.milli for f in self.free())
+        return sum(f.milli for f in self.frees)
 
     def gap_levels(self) -> list[int]:
         """Each GPU's free share as a gap level (0: full or unusable, 100: idle)."""
-        return [gap_level(f.milli) for f in self.free()]
+        return [gap_level(f.milli) for f in self.frees]
 
     def free_after(self, alloc: Allocation) -> int:
         """Free milli-GPU left on the GPUs ``alloc`` takes once it is placed (for tightest fit)."""

@@ -116,16 +116,8 @@ class Relaxation:
     notes: tuple[str, ...] = ()
 
 
-def _node_class(node: Node) -> tuple[Any, ...]:
-    return (
-        node.cpu_milli,
-        node.memory_mib,
-        node.max_pods,
-        node.mps_compute_oversub_pct,
-        node.ts_memory_oversub_pct,
-        tuple(device_kind(d) for d in node.devices),
-        node.nvlink,
-    )
+def _node_class(node: Node) -> int:
+    return node.kind
 
 
 def arrivals(
@@ -203,7 +195,7 @@ def lp_bound(nodes: Sequence[Node], demands: Sequence[Demand]) -> float:
 def relax(nodes: Sequence[Node], demands: Sequence[Demand], pattern_cap: int = PATTERN_CAP) -> Relaxation:
     """The LP relaxation of the module doc, with its pattern count and fallback notes."""
     shapes = Counter(demands)
-    classes: dict[tuple[Any, ...], list[Node]] = {}
+    classes: dict[int, list[Node]] = {}
     for node in nodes:
         classes.setdefault(_node_class(node), []).append(node)
     rows = _Rows()
@@ -254,7 +246,7 @@ def _class_rows(
         rows.add({j: 1.0 for j, d, _ in mine if d.memory_mib * (k + 1) > node.memory_mib}, k * n)
         rows.add({j: 1.0 for j, _, a in mine if _whole_gpus(a, node) * (k + 1) > len(node.devices)}, k * n)
     # per GPU kind, summed over the class's GPUs of that kind
-    kinds: dict[tuple[Any, ...], list[int]] = {}
+    kinds: dict[int, list[int]] = {}
     for device in node.devices:
         kinds.setdefault(device_kind(device), []).append(device.index)
     added = 0

@@ -18,9 +18,10 @@ Optional parts, found by their presence (a policy defines only what it needs):
 ``normalize(scores) -> scores``
     Rescales the scores of the nodes a pod may go to (min-max, for instance).
 ``adjust(demand, scores, cluster) -> scores``
-    The whole cluster weighs in: ``cluster`` (:class:`Cluster`) holds the cluster's
-    histogram of free shares and each node's move in it; scores are ``-inf`` where the pod
-    does not fit and must stay so.
+    The whole cluster weighs in; scores are ``-inf`` where the pod does not fit and must stay
+    so. ``cluster`` (:class:`Cluster`) holds the cluster's histogram of free shares and each
+    node's move in it, worked out only for a policy that declares it reads them
+    (``Reads.GAPS``).
 ``observe(demand)``
     Told of each pod once, at its first sight (online policies learn here), and
     ``version``, raised whenever what it learned changes its scores.
@@ -55,6 +56,7 @@ class Reads(StrEnum):
     CPU_WITHOUT_GPU = "cpu-without-gpu"  # the CPU request, of pods that ask for no GPU only
     MEMORY = "memory"  # the memory request
     PODS = "pods"  # the allocations of the pods already on the node (not only what they use)
+    GAPS = "gaps"  # in adjust: the cluster's free shares and each placement's move among them
 
 
 ALL_READS = frozenset({Reads.CPU})

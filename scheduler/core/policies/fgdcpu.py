@@ -61,7 +61,7 @@ from ..capacity import GAP_LEVELS, allocated_milli, gap_level
 from ..fragmentation import DEFAULT_WORKLOAD, Fragmentation, OnlineWorkload, Shape, TypicalWorkload, workload_of
 from ..request import Demand, GpuKind, GpuRequest
 from ..state import NodeState
-from .base import Cluster, Context, register
+from .base import Cluster, Context, Reads, register
 
 DEFAULT_STRANDING_WEIGHT = 4.0
 DEFAULT_BALANCE_WEIGHT = 75.0
@@ -102,6 +102,7 @@ class FgdCpuOptions:
 
 class FgdCpu:
     name = "fgd-cpu"
+    reads = frozenset({Reads.CPU, Reads.GAPS})
 
     def __init__(self, options: FgdCpuOptions) -> None:
         prior = workload_of(options.workload) if options.workload else DEFAULT_WORKLOAD
@@ -111,11 +112,13 @@ class FgdCpu:
         self.share_levels = np.zeros(GAP_LEVELS + 1, dtype=bool)  # the share sizes seen, in hundredths
         self.version = 0
         self._classes: np.ndarray | None = None
+        self._last: tuple[object, object, tuple[float, float]] = (None, None, (0.0, 0.0))
         self._adopt(prior)
 
     def _adopt(self, workload: TypicalWorkload) -> None:
         self.fragmentation = Fragmentation(workload)
         self.ratio = gpu_per_cpu(workload)
+        self._last = (None, None, (0.0, 0.0))
 
     def observe(self, demand: Demand) -> None:
         if demand.gpu.kind is GpuKind.SHARE:
@@ -133,7 +136,10 @@ class FgdCpu:
         return max(0.0, gpu_free - self.ratio * cpu_free)
 
     def _costs(self, state: NodeState, allocation: Allocation) -> tuple[float, float]:
-        """C_before and C_after of placing ``allocation``."""
+        """C_before and C_after of placing ``allocation`` (the last answer is kept: the score
+        and the tiebreak of one placement ask one after the other)."""
+        if self._last[0] is state and self._last[1] is allocation:
+            return self._last[2]
         frag = self.fragmentation
         profiles = frag.profiles(state)
         gpu_free = sum(free for free, _ in profiles)
@@ -141,6 +147,7 @@ class FgdCpu:
         cpu_after = state.cpu_free - allocation.cpu_milli
         left = gpu_free - allocated_milli(allocation)
         after = frag.frag_after(state, allocation, profiles) + self.stranding_weight * self.stranded(left, cpu_after)
+        self._last = (state, allocation, (before, after))
         return before, after
 
     def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
