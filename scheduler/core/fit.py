@@ -73,6 +73,8 @@ def _mig_share(gpu: GpuRequest, device: Device, usage: DeviceUsage, profiles: li
 
 def device_share(gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage) -> DeviceShare | str:
     """The share ``gpu`` would get on one device, or why it cannot."""
+    if device.unhealthy:
+        return f"GPU {device.index} is unhealthy: {device.unhealthy}"
     if device.mode is SharingMode.MIG:
         layout = device.model.mig
         allowed = device.allowed_profiles()

@@ -29,6 +29,13 @@ class DeviceUsage:
 EMPTY = DeviceUsage()
 
 
+def taken_usage(device: Device) -> DeviceUsage:
+    """What a GPU holds before any allocation: nothing, or its MIG instances made by hand."""
+    if not device.mig_taken:
+        return EMPTY
+    return DeviceUsage(mig=tuple(sorted(mig.slot_of(i.profile, i.start) for i in device.mig_taken)))
+
+
 def device_kind(device: Device) -> tuple[Any, ...]:
     """What makes two GPUs interchangeable for the capacity model, apart from their usage."""
     return (
@@ -39,6 +46,8 @@ def device_kind(device: Device) -> tuple[Any, ...]:
         device.replicas,
         device.mig_instances,
         device.mig_allowed,
+        device.mig_taken,
+        device.unhealthy,
     )
 
 
@@ -140,7 +149,8 @@ class NodeState:
 
     @staticmethod
     def empty(node: Node) -> NodeState:
-        return NodeState(node, tuple(EMPTY for _ in node.devices))
+        # A dynamic-MIG GPU's instances made by hand occupy their slots before any record does.
+        return NodeState(node, tuple(taken_usage(d) for d in node.devices))
 
     @property
     def cpu_free(self) -> int:
