@@ -25,6 +25,29 @@ def demo() -> None:
     run_demo()
 
 
+@app.command()
+def agent(
+    config: str = typer.Option("", "--config", help="the agent's YAML configuration (docs/node-agent.md)"),
+    node: str = typer.Option("", "--node", help="this node's name (default: the config's node, else $NODE_NAME)"),
+    fake_gpus: str = typer.Option("", "--fake-gpus", help="in-memory GPUs from a YAML file, or 'example'"),
+    kubeconfig: str = typer.Option("", "--kubeconfig", help="a kubeconfig (default: the in-cluster account)"),
+    api_url: str = typer.Option("", "--api-url", help="an API server URL, reached without credentials"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the inventory the GPUs give and exit"),
+) -> None:
+    """The node agent: publish this node's GPUs, make MIG instances, hand each pod its share."""
+    from scheduler.agent.main import run_agent
+    from scheduler.kube.nodeapi import NodeApi
+
+    status = run_agent(
+        config or None,
+        node,
+        fake_gpus or None,
+        dry_run,
+        lambda settings: NodeApi.connect(settings.node, kubeconfig or None, api_url or None),
+    )
+    raise typer.Exit(status)
+
+
 def _register() -> None:
     """Import the modules that add commands (``serve``, ``inspect``, ``simulate``, ``bound``).
 
