@@ -40,7 +40,7 @@ import numpy as np
 import orjson
 
 from scheduler.extender.client import ExtenderClient
-from scheduler.extender.commands import GC_THRESHOLDS
+from scheduler.extender.run import GC_THRESHOLDS
 
 PREFIX = "gpuslice.io/"
 BODY_CAP = 256 * 1024 * 1024  # full Nodes at 5,000 nodes are several MiB

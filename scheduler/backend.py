@@ -2,7 +2,7 @@
 
 Two implementations: ``scheduler.kube.KubeBackend`` (list + watch against the API
 server, binds serialised per node by a compare-and-set) and
-``scheduler.extender.filebackend.FileBackend`` (a ``v1 List`` file, binds kept in memory).
+``scheduler.filebackend.FileBackend`` (a ``v1 List`` file, binds kept in memory).
 The extender depends only on this protocol; it never imports ``kubernetes``.
 """
 

@@ -56,29 +56,24 @@ def run_agent(
     dry_run: bool,
     connect: Callable[[AgentConfig], NodeCluster] | None,
     stop: threading.Event | None = None,
-) -> int:
-    """Run the agent; the exit status (2 with a one-line message for bad configuration or a
-    cluster or GPU that cannot be reached at start)."""
+) -> None:
+    """Run the agent until ``stop`` (or SIGTERM). Bad configuration, or GPUs or a cluster that
+    cannot be reached at start, raise a GpusliceError whose message says what and why."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    gpus: Gpus | None = None
+    config = load_config(config_path, node, os.environ)
+    gpus = open_gpus(fake_gpus)
     try:
-        config = load_config(config_path, node, os.environ)
-        gpus = open_gpus(fake_gpus)
         if dry_run:
             print(json.dumps(json.loads(hardware_inventory(config, gpus)), indent=2))
-            return 0
+            return
         if connect is None:
             raise GpusliceError("no cluster to connect to (use --dry-run to print the inventory without one)")
-        return _serve(config, gpus, connect(config), stop or threading.Event())
-    except GpusliceError as exc:
-        print(f"gpuslice agent: {exc}", file=sys.stderr)
-        return 2
+        _serve(config, gpus, connect(config), stop or threading.Event())
     finally:
-        if gpus is not None:
-            gpus.close()
+        gpus.close()
 
 
-def _serve(config: AgentConfig, gpus: Gpus, cluster: NodeCluster, stop: threading.Event) -> int:
+def _serve(config: AgentConfig, gpus: Gpus, cluster: NodeCluster, stop: threading.Event) -> None:
     from .podresources import KubeletPodResources
 
     runner = SubprocessRunner()
@@ -103,4 +98,3 @@ def _serve(config: AgentConfig, gpus: Gpus, cluster: NodeCluster, stop: threadin
         plugin.stop()
         cluster.stop()
         mps.stop()
-    return 0

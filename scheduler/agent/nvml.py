@@ -56,9 +56,10 @@ class NvmlGpus:
         except self._nvml.NVMLError as exc:
             raise GpuError(f"NVML {what}: {exc}") from exc
 
-    def _try(self, fn: Callable[[], Any], default: Any) -> Any:
+    def _try(self, fn: Callable[..., Any], default: Any, *args: Any) -> Any:
+        """``fn(*args)``, or ``default`` if NVML refuses (not supported, not found)."""
         try:
-            return fn()
+            return fn(*args)
         except self._nvml.NVMLError:
             return default
 
@@ -76,7 +77,7 @@ class NvmlGpus:
 
     def _mig_devices(self, handle: Any) -> Iterator[Any]:
         nvml = self._nvml
-        for i in range(self._try(lambda: nvml.nvmlDeviceGetMaxMigDeviceCount(handle), 0)):
+        for i in range(self._try(nvml.nvmlDeviceGetMaxMigDeviceCount, 0, handle)):
             try:
                 yield nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i)
             except nvml.NVMLError:
@@ -90,7 +91,7 @@ class NvmlGpus:
                 profile = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile_id)
             except nvml.NVMLError:
                 continue
-            for gi in self._try(lambda p=profile: nvml.nvmlDeviceGetGpuInstances(handle, p.id), []):
+            for gi in self._try(nvml.nvmlDeviceGetGpuInstances, [], handle, profile.id):
                 yield gi, profile, nvml.nvmlGpuInstanceGetInfo(gi)
 
     # ------------------------------------------------------------ reading
@@ -98,8 +99,8 @@ class NvmlGpus:
     def _read(self, index: int) -> GpuInfo:
         nvml = self._nvml
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        current, _pending = self._try(lambda: nvml.nvmlDeviceGetMigMode(handle), (0, 0))
-        sms = self._try(lambda: nvml.nvmlDeviceGetAttributes(handle).multiprocessorCount, 0)
+        current, _pending = self._try(nvml.nvmlDeviceGetMigMode, (0, 0), handle)
+        sms = getattr(self._try(nvml.nvmlDeviceGetAttributes, None, handle), "multiprocessorCount", 0)
         return GpuInfo(
             self._text(nvml.nvmlDeviceGetUUID(handle)),
             index,
@@ -148,7 +149,7 @@ class NvmlGpus:
             migs = list(self._mig_devices(handle))
             sources = [(m, self._text(nvml.nvmlDeviceGetUUID(m))) for m in migs] or [(handle, "")]
             for source, instance in sources:
-                for proc in self._try(lambda s=source: nvml.nvmlDeviceGetComputeRunningProcesses(s), []):
+                for proc in self._try(nvml.nvmlDeviceGetComputeRunningProcesses, [], source):
                     used = proc.usedGpuMemory
                     memory = int(used) // MIB if isinstance(used, int) and used >= 0 else 0
                     out.append(ProcessInfo(int(proc.pid), memory, gpu_uuid, instance))
@@ -164,13 +165,13 @@ class NvmlGpus:
                 uuid = self._text(nvml.nvmlDeviceGetUUID(handle))
                 bus_of[self._text(nvml.nvmlDeviceGetPciInfo(handle).busId).lower()] = uuid
                 for link in range(nvml.NVML_NVLINK_MAX_LINKS):
-                    if self._try(lambda h=handle, k=link: nvml.nvmlDeviceGetNvLinkState(h, k), 0) != 1:
+                    if self._try(nvml.nvmlDeviceGetNvLinkState, 0, handle, link) != 1:
                         continue
-                    kind = self._try(lambda h=handle, k=link: nvml.nvmlDeviceGetNvLinkRemoteDeviceType(h, k), 0)
+                    kind = self._try(nvml.nvmlDeviceGetNvLinkRemoteDeviceType, 0, handle, link)
                     if kind == getattr(nvml, "NVML_NVLINK_DEVICE_TYPE_SWITCH", 2):
                         switched.add(uuid)
                         continue
-                    remote = self._try(lambda h=handle, k=link: nvml.nvmlDeviceGetNvLinkRemotePciInfo(h, k).busId, "")
+                    remote = getattr(self._try(nvml.nvmlDeviceGetNvLinkRemotePciInfo, None, handle, link), "busId", "")
                     remote_of.setdefault(uuid, set()).add(self._text(remote).lower())
             peers = {bus_of[b] for b in remote_of.get(gpu_uuid, set()) if b in bus_of}
             if gpu_uuid in switched:
@@ -264,7 +265,7 @@ class NvmlGpus:
                         )
                     except nvml.NVMLError:
                         continue
-                    for ci in self._try(lambda g=gi, i=info: nvml.nvmlGpuInstanceGetComputeInstances(g, i.id), []):
+                    for ci in self._try(nvml.nvmlGpuInstanceGetComputeInstances, [], gi, info.id):
                         nvml.nvmlComputeInstanceDestroy(ci)
                 nvml.nvmlGpuInstanceDestroy(gi)
                 return
@@ -274,6 +275,6 @@ class NvmlGpus:
         nvml = self._nvml
         with self._lock:
             if self._events is not None:
-                self._try(lambda: nvml.nvmlEventSetFree(self._events), None)
+                self._try(nvml.nvmlEventSetFree, None, self._events)
                 self._events = None
             self._try(nvml.nvmlShutdown, None)

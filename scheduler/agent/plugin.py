@@ -52,7 +52,7 @@ def response(result: Answer) -> pb.ContainerAllocateResponse:
     )
 
 
-class _Servicer(pb_grpc.DevicePluginServicer):  # type: ignore[misc]  # generated, untyped
+class _Servicer(pb_grpc.DevicePluginServicer):
     def __init__(self, agent: Agent, stop: threading.Event) -> None:
         self._agent = agent
         self._stop = stop

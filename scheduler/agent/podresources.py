@@ -24,9 +24,8 @@ class KubeletPodResources:
     def list(self) -> dict[str, dict[str, dict[str, tuple[str, ...]]]]:
         try:
             with grpc.insecure_channel(f"unix://{self.socket.resolve()}") as channel:
-                reply = pb_grpc.PodResourcesListerStub(channel).List(
-                    pb.ListPodResourcesRequest(), timeout=self._timeout
-                )
+                stub = pb_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
+                reply = stub.List(pb.ListPodResourcesRequest(), timeout=self._timeout)
         except grpc.RpcError as exc:
             raise PodResourcesError(f"pod-resources List on {self.socket}: {exc.details() or exc}") from exc
         out: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {}

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler import logs
 from scheduler.backend import Change, Kind
 from scheduler.core.allocation import Allocation, decode_record, encode_record
 from scheduler.core.errors import InventoryError, RecordError
@@ -33,8 +34,6 @@ from scheduler.core.k8s import parse_node
 from scheduler.core.request import Demand
 from scheduler.core.select import Scoreboard
 from scheduler.core.state import NodeState, rebuild
-
-from . import logs
 
 log = logs.get("cache")
 

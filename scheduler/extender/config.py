@@ -21,7 +21,8 @@ from scheduler.core.policies import REGISTRY, Policy, make_policy
 from scheduler.core.quantity import cpu_milli
 from scheduler.core.request import DEFAULT_PREFIX, Demand, GpuKind, GpuRequest, parse_gpu_request
 
-DEFAULT_PORT = 8686
+from .defaults import DEFAULT_PORT
+
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
 # kube-scheduler calls the extender from its own container in gpuslice's pod: over loopback.
 DEFAULT_TRUSTED_NETWORKS = ("127.0.0.0/8", "::1/128")

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 
 import uvicorn
 
-from .app import create_app
+from .app import Mount, create_app
 from .service import Extender
 
 
 class Server:
-    def __init__(self, extender: Extender) -> None:
+    def __init__(self, extender: Extender, mounts: Sequence[Mount] = ()) -> None:
         self.extender = extender
         config = extender.config
-        self.app = create_app(extender)
+        self.app = create_app(extender, mounts)
         self._uvicorn = uvicorn.Server(
             uvicorn.Config(
                 self.app,

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from scheduler import logs
 from scheduler.backend import Backend, PodRef
 from scheduler.core.allocation import Allocation
 from scheduler.core.errors import RequestError
@@ -23,7 +24,7 @@ from scheduler.core.request import GpuKind, PodRequest, parse_pod
 from scheduler.core.select import Scoreboard, evaluate, fit_cached, placement_key
 from scheduler.core.state import rebuild
 
-from . import logs, wire
+from . import wire
 from .cache import ClusterCache, with_oversubscription
 from .config import ServeConfig
 from .debug import DeviceRow, describe, device_rows

@@ -77,6 +77,7 @@ from scheduler.core.inventory import Device, Node, SharingMode
 from scheduler.core.request import MILLI, Demand
 from scheduler.core.state import EMPTY, DeviceUsage, NodeState, add_share, device_kind, is_whole, why_not
 
+from .errors import SolverError
 from .model import TIMED, Trace, request_milli
 from .protocol import events as make_events
 
@@ -230,7 +231,7 @@ def relax(nodes: Sequence[Node], demands: Sequence[Demand], pattern_cap: int = P
     a = coo_matrix((rows.vals, (rows.rows, rows.cols)), shape=(len(rows.rhs), n_cols)).tocsr()
     result = linprog(np.array(rows.objective), A_ub=a, b_ub=np.array(rows.rhs), bounds=(0, None), method="highs")
     if result.status != 0:
-        raise RuntimeError(f"the LP solver failed: {result.message}")
+        raise SolverError(f"the LP solver failed: {result.message}")
     return Relaxation(float(-result.fun), patterns, tuple(notes))
 
 

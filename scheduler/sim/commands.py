@@ -1,17 +1,15 @@
-"""``gpuslice simulate`` and ``gpuslice bound``."""
+"""What ``gpuslice simulate`` and ``gpuslice bound`` do, as plain functions (the command line
+itself is declared in ``scheduler.cli``)."""
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
-from scheduler.cli import app
-from scheduler.core.errors import GpusliceError
+from scheduler.core.errors import UsageError
 from scheduler.core.policies import REGISTRY
 
 from .bound import Bound, bound
@@ -24,18 +22,12 @@ from .report import Report, write_csv
 from .runner import RunSpec, default_workers, run_all
 
 PAPER_POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")
-DEFAULT_SEEDS = "42"
 
 
 def _console() -> Console:
     """Stdout, at least 132 columns wide so the table stays readable when piped."""
     console = Console()
     return console if console.is_terminal and console.width >= 132 else Console(width=max(132, console.width))
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    print(f"error: {message}", file=sys.stderr)
-    return typer.Exit(code)
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -53,11 +45,11 @@ def parse_seeds(text: str) -> list[int]:
             else:
                 seeds.append(int(part))
         except ValueError:
-            raise ValueError(f"--seeds {text!r}: accepted: a seed (42), a list (42,43) or a range (42-51)") from None
+            raise UsageError(f"--seeds {text!r}: accepted: a seed (42), a list (42,43) or a range (42-51)") from None
     return list(dict.fromkeys(seeds))
 
 
-def parse_policies(values: list[str] | None) -> list[str]:
+def parse_policies(values: Sequence[str] | None) -> list[str]:
     names: list[str] = []
     for value in values or [",".join(PAPER_POLICIES)]:
         for name in value.split(","):
@@ -65,91 +57,52 @@ def parse_policies(values: list[str] | None) -> list[str]:
             if not name:
                 continue
             if name not in REGISTRY:
-                raise ValueError(f"--policy {name!r}: accepted: {', '.join(sorted(REGISTRY))}")
+                raise UsageError(f"--policy {name!r}: accepted: {', '.join(sorted(REGISTRY))}")
             names.append(name)
     return list(dict.fromkeys(names))
 
 
-def load_traces(paths: list[Path] | None, nodes: Path | None) -> list[Trace]:
+def load_traces(paths: Sequence[Path], nodes: Path | None) -> list[Trace]:
     if not paths:
         if nodes is not None:
-            raise ValueError("--nodes needs an openb pod list (a .csv) as the trace")
+            raise UsageError("--nodes needs an openb pod list (a .csv) as the trace")
         return [embedded_scenario()]
     traces = [load_trace(p, nodes) for p in paths]
     names = [t.name for t in traces]
     if len(set(names)) != len(names):
-        raise ValueError(f"two traces have the same name ({', '.join(names)}); rename one")
+        raise UsageError(f"two traces have the same name ({', '.join(names)}); rename one")
     return traces
 
 
-TRACE_HELP = (
-    "Input(s): an openb pod list (.csv), a scenario (.yaml) or a Kubernetes v1 List "
-    "(kubectl get nodes,pods -A -o yaml). None: a small embedded scenario."
-)
-
-
-@app.command()
 def simulate(
-    traces: Annotated[list[Path] | None, typer.Argument(help=TRACE_HELP, show_default=False)] = None,
-    nodes: Annotated[
-        Path | None, typer.Option(help="openb node list (default: the GPU node list beside the pod list).")
-    ] = None,
-    policy: Annotated[
-        list[str] | None,
-        typer.Option("--policy", "-p", help="Policy, repeatable or comma separated (default: the paper's six)."),
-    ] = None,
-    seeds: Annotated[str, typer.Option(help="Seeds: 42, 42,43 or 42-51.")] = DEFAULT_SEEDS,
-    inflate: Annotated[
-        float | None,
-        typer.Option(
-            help="Arrivals: grow the workload to this x GPU capacity "
-            "(default: the input's own, 1.3 for openb; 0: as given)."
-        ),
-    ] = None,
-    replay: Annotated[
-        str | None,
-        typer.Option(
-            help="arrivals (FGD protocol) or timed (creation and deletion "
-            "times, departures free shares). Default: the input's own."
-        ),
-    ] = None,
-    shuffle: Annotated[
-        bool | None,
-        typer.Option(
-            "--shuffle/--no-shuffle", help="Arrivals: seeded shuffle (default: the input's own).", show_default=False
-        ),
-    ] = None,
-    workers: Annotated[int | None, typer.Option(help="Processes (default: all cores).")] = None,
-    out: Annotated[Path | None, typer.Option(help="Write summary.csv, curves.csv and PNG plots here.")] = None,
-    reference: Annotated[
-        Path | None, typer.Option(help="The paper's curves (fgd_expected_results) to compare and overlay.")
-    ] = None,
-    with_bound: Annotated[
-        bool,
-        typer.Option("--bound/--no-bound", help="Also compute the LP upper bound per (trace, seed) (arrivals only)."),
-    ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    traces: Sequence[Path],
+    nodes: Path | None,
+    policy: Sequence[str] | None,
+    seeds: str,
+    inflate: float | None = None,
+    replay: str | None = None,
+    shuffle: bool | None = None,
+    workers: int | None = None,
+    out: Path | None = None,
+    reference: Path | None = None,
+    with_bound: bool = False,
+    quiet: bool = False,
 ) -> None:
-    """Replay traces or scenarios through the packing core and compare policies."""
+    """``gpuslice simulate``: replay ``traces`` (none: the embedded scenario) through the packing
+    core, print the comparison and write it to ``out``. :class:`UsageError` for a rejected option."""
     console = _console()
-    try:
-        seed_list = parse_seeds(seeds)
-        policies = parse_policies(policy)
-        if replay is not None and replay not in REPLAY_MODES:
-            raise ValueError(f"--replay {replay!r}: accepted: {', '.join(REPLAY_MODES)}")
-        if workers is not None and workers < 1:
-            raise ValueError(f"--workers {workers}: accepted: 1 or more")
-        if inflate is not None and inflate < 0:
-            raise ValueError(f"--inflate {inflate}: accepted: 0 (as given) or a positive ratio such as 1.3")
-        loaded = load_traces(traces, nodes)
-        ref: Reference | None = load_reference(reference) if reference is not None else None
-    except (GpusliceError, ValueError) as exc:
-        raise _fail(str(exc)) from None
+    seed_list = parse_seeds(seeds)
+    policies = parse_policies(policy)
+    if replay is not None and replay not in REPLAY_MODES:
+        raise UsageError(f"--replay {replay!r}: accepted: {', '.join(REPLAY_MODES)}")
+    if workers is not None and workers < 1:
+        raise UsageError(f"--workers {workers}: accepted: 1 or more")
+    if inflate is not None and inflate < 0:
+        raise UsageError(f"--inflate {inflate}: accepted: 0 (as given) or a positive ratio such as 1.3")
+    loaded = load_traces(traces, nodes)
+    ref: Reference | None = load_reference(reference) if reference is not None else None
     specs = [RunSpec(t, p, s, replay, inflate, shuffle) for t in loaded for p in policies for s in seed_list]
-    try:
-        results = run_all(specs, workers or default_workers(), Console(stderr=True), show_progress=not quiet)
-    except GpusliceError as exc:
-        raise _fail(str(exc)) from None
+    results = run_all(specs, workers or default_workers(), Console(stderr=True), show_progress=not quiet)
     bounds: dict[tuple[str, int], float] = {}
     if with_bound:
         for t in loaded:
@@ -164,32 +117,20 @@ def simulate(
             console.print(f"wrote {path}")
 
 
-@app.command("bound")
-def bound_command(
-    traces: Annotated[list[Path] | None, typer.Argument(help=TRACE_HELP, show_default=False)] = None,
-    nodes: Annotated[Path | None, typer.Option(help="openb node list.")] = None,
-    seeds: Annotated[str, typer.Option(help="Seeds: 42, 42,43 or 42-51.")] = DEFAULT_SEEDS,
-    inflate: Annotated[float | None, typer.Option(help="As for simulate.")] = None,
-    shuffle: Annotated[
-        bool | None, typer.Option("--shuffle/--no-shuffle", help="As for simulate.", show_default=False)
-    ] = None,
-    at: Annotated[int, typer.Option(help="Cut the arrivals at this arrived GPU % (the headline is 100).")] = 100,
-    out: Annotated[Path | None, typer.Option(help="Write bound.csv here.")] = None,
+def bound_table(
+    traces: Sequence[Path],
+    nodes: Path | None,
+    seeds: str,
+    inflate: float | None = None,
+    shuffle: bool | None = None,
+    at: int = 100,
+    out: Path | None = None,
 ) -> None:
-    """Upper bound on the GPU any placement could allocate to the same arrivals.
-
-    The run's own arrivals (same seed) up to ``--at`` % of GPU capacity; an LP relaxation over
-    (pod shape, node class) with per-node CPU/memory/pod constraints, shared GPUs as mixes of
-    per-GPU share patterns, exclusive and MIG GPUs by their slots, solved with HiGHS. See
-    scheduler/sim/bound.py.
-    """
+    """``gpuslice bound``: the LP upper bound per (trace, seed), printed and written to ``out``."""
     console = _console()
-    try:
-        seed_list = parse_seeds(seeds)
-        loaded = load_traces(traces, nodes)
-        results: list[Bound] = [bound(t, s, at, inflate, shuffle) for t in loaded for s in seed_list]
-    except (GpusliceError, ValueError, RuntimeError) as exc:
-        raise _fail(str(exc)) from None
+    seed_list = parse_seeds(seeds)
+    loaded = load_traces(traces, nodes)
+    results: list[Bound] = [bound(t, s, at, inflate, shuffle) for t in loaded for s in seed_list]
     table = Table(title=f"Upper bound on allocated GPU at arrived = {at}% (LP relaxation, HiGHS)")
     for column in ("trace", "seed", "pods", "requested %", "bound %", "bound unallocated %"):
         table.add_column(column, justify="left" if column == "trace" else "right")
@@ -223,4 +164,4 @@ def bound_command(
         console.print(f"wrote {path}")
 
 
-__all__ = ["TraceError", "bound_command", "simulate"]
+__all__ = ["TraceError", "bound_table", "simulate"]

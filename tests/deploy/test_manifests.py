@@ -439,7 +439,6 @@ def test_the_gpuslice_config_is_valid_for_serve(tmp_path: Path) -> None:
 def test_the_serve_flags_used_exist() -> None:
     import typer.main
 
-    import scheduler.extender.commands  # noqa: F401  (registers `serve`)
     from scheduler.cli import app
 
     command = typer.main.get_command(app)

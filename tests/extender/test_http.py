@@ -20,9 +20,9 @@ from scheduler.core.request import MILLI
 from scheduler.core.state import rebuild
 from scheduler.extender.client import ExtenderClient
 from scheduler.extender.config import load_config
-from scheduler.extender.filebackend import FileBackend
 from scheduler.extender.server import Server
 from scheduler.extender.service import Extender
+from scheduler.filebackend import FileBackend
 
 from .kit import PREFIX, cluster_file, k8s_node, k8s_pod
 
@@ -162,7 +162,6 @@ def test_not_ready_until_synced(tmp_path: Path, servers: list[Server]) -> None:
 
 def test_inspect_prints_the_table(tmp_path: Path, servers: list[Server]) -> None:
     from scheduler.cli import app
-    from scheduler.extender import commands  # noqa: F401  (registers serve and inspect)
 
     pod = k8s_pod("p", gpu_fraction="0.5", node=None)
     server = start(cluster_file(tmp_path / "c.json", k8s_node("gpu-a", gpus=1), pod))

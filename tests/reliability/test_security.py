@@ -23,14 +23,14 @@ import httpx
 import pytest
 import yaml
 
+from scheduler.cli.serving import service_mounts
 from scheduler.core.allocation import Allocation, DeviceShare, encode_record
 from scheduler.core.inventory import SharingMode
 from scheduler.extender.app import create_app
-from scheduler.extender.commands import example_path
 from scheduler.extender.config import load_config
-from scheduler.extender.filebackend import FileBackend
 from scheduler.extender.server import Server
 from scheduler.extender.service import Extender
+from scheduler.filebackend import FileBackend, example_path
 from scheduler.webhook import mutate, validate
 from scheduler.webhook.routes import MAX_BODY_BYTES
 from tests.deploy.manifests import find
@@ -75,7 +75,7 @@ def https_server(certificate: Path) -> Iterator[Server]:
     )
     extender = Extender(config, FileBackend(example_path(), config.prefix))
     extender.start()
-    server = Server(extender).start_in_thread()
+    server = Server(extender, service_mounts(config)).start_in_thread()
     yield server
     server.stop()
     extender.stop()
@@ -295,7 +295,7 @@ def route_table(routes: Any, prefix: str = "") -> set[tuple[str, str]]:
 def test_every_route_is_audited() -> None:
     # A new route fails here until it is added, with its threat, to docs/security.md.
     config = load_config(env={}, flags={})
-    app = create_app(Extender(config, FileBackend(example_path(), config.prefix)))
+    app = create_app(Extender(config, FileBackend(example_path(), config.prefix)), service_mounts(config))
     assert route_table(app.routes) == ROUTES
     threat_model = (REPO / "docs/security.md").read_text(encoding="utf-8")
     for _, path in ROUTES:
@@ -307,7 +307,7 @@ def test_only_trusted_networks_reach_the_verbs_and_debug(client: str) -> None:
     config = load_config(env={}, flags={})
     extender = Extender(config, FileBackend(example_path(), config.prefix))
     extender.start()
-    app = create_app(extender)
+    app = create_app(extender, service_mounts(config))
     pod = pod_json("p", gpu_fraction="0.5")
     bind = {"PodName": "p", "PodNamespace": "default", "PodUID": "u", "Node": "l4-mps"}
     for path, body in (("/filter", {"Pod": pod}), ("/prioritize", {"Pod": pod}), ("/bind", bind), ("/preempt", {})):

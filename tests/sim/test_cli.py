@@ -8,12 +8,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from scheduler.cli import _register, app
+from scheduler.cli import app
 from scheduler.sim.metrics import CURVE_COLUMNS, SUMMARY_COLUMNS
 from scheduler.sim.reference import ALLOCATION_FILE
 from tests.sim.helpers import TWO_GPUS, openb_files
 
-_register()
 runner = CliRunner()
 
 
@@ -134,4 +133,4 @@ def test_bad_file_gets_file_row_and_field(tmp_path: Path) -> None:
     pods = openb_files(tmp_path, header + "".join(f"ok-{i},1,1,1,500\n" for i in range(16)) + "bad,1,1,1,abc\n")
     result = runner.invoke(app, ["simulate", str(pods), "-q", "--workers", "1"])
     assert result.exit_code == 2
-    assert "error: openb_pod_list_tiny.csv row 17: gpu_milli 'abc' is not an integer" in result.output
+    assert "gpuslice simulate: openb_pod_list_tiny.csv row 17: gpu_milli 'abc' is not an integer" in result.output

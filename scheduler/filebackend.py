@@ -9,6 +9,7 @@ bound to that node returns its allocation, and every change is reported through
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -19,14 +20,29 @@ from typing import Any
 
 import yaml
 
+from scheduler import logs
 from scheduler.backend import BindResult, Change, Decide, Kind, PodRef
 from scheduler.core.allocation import Allocation, decode_record, record_annotations
 from scheduler.core.errors import GpusliceError, RecordError
 from scheduler.core.request import DEFAULT_PREFIX
 
-from . import logs
-
 log = logs.get("filebackend")
+
+EXAMPLE = "example"  # ``--cluster-file example``: the example cluster shipped with the package
+
+
+def example_path() -> Path:
+    """The example cluster shipped with the package (usable after ``pip install``)."""
+    return Path(str(importlib.resources.files("scheduler") / "examples" / "cluster.yaml"))
+
+
+def resolve_cluster_file(value: str) -> Path:
+    """``value`` as a path; ``example`` (when no such file exists) is the shipped example cluster."""
+    path = Path(value)
+    if value == EXAMPLE and not path.exists():
+        return example_path()
+    return path
+
 
 LIST_KINDS = {"List": None, "NodeList": "Node", "PodList": "Pod"}
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})

@@ -1,0 +1,75 @@
+"""The Typer app, and the one place where an error becomes a line on stderr and an exit status.
+
+Every command is registered through :func:`command`, which runs it under :func:`reported`:
+the project's errors (:class:`GpusliceError`, whose message already names what was wrong and
+what is accepted) and OS errors (a file that cannot be read or written, a port in use) end
+the command with one line, ``gpuslice <command>: <message>``, and a non-zero exit status,
+never a traceback. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+
+from scheduler.core.errors import GpusliceError
+
+app = typer.Typer(
+    name="gpuslice",
+    help="Share NVIDIA GPUs densely: a kube-scheduler extender, and a simulator for its policies.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Exit status of a command that failed on purpose: bad input or configuration (2, as for a
+# usage error), or a service or cluster that could not be reached (1).
+EXIT_USAGE = 2
+
+
+def os_error_text(exc: OSError) -> str:
+    """``cannot write out/summary.csv: Permission denied``-style text of an OS error."""
+    reason = exc.strerror or str(exc)
+    return f"{exc.filename}: {reason}" if exc.filename else reason
+
+
+def reported(name: str, fn: F) -> F:
+    """``fn`` with the project's errors and OS errors turned into one line and an exit status."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except GpusliceError as exc:
+            print(f"gpuslice {name}: {exc}", file=sys.stderr)
+            raise typer.Exit(getattr(exc, "exit_code", EXIT_USAGE)) from None
+        except OSError as exc:
+            print(f"gpuslice {name}: {os_error_text(exc)}", file=sys.stderr)
+            raise typer.Exit(1) from None
+
+    return run  # type: ignore[return-value]
+
+
+def command(name: str) -> Callable[[F], F]:
+    """Register a command under ``name``, run under :func:`reported`."""
+
+    def register(fn: F) -> F:
+        app.command(name)(reported(name, fn))
+        return fn
+
+    return register
+
+
+@app.callback()
+def _root() -> None:
+    """Share NVIDIA GPUs densely: a kube-scheduler extender, and a simulator for its policies."""
+
+
+def main() -> None:
+    app()
