@@ -25,7 +25,8 @@ class DeviceRow:
     compute_free_milli: int
     free_milli: int  # the core's free share (what policies see)
     shares: int
-    detail: str  # MIG slots in use, MPS clients, time-slicing replicas
+    detail: str  # MIG slots in use, MPS clients, time-slicing replicas; UNHEALTHY first if so
+    unhealthy: str = ""  # why the node agent marked the GPU unhealthy ("" if healthy)
 
 
 def _free(node: Node, device: Device, usage: DeviceUsage) -> tuple[int, int, str]:
@@ -74,6 +75,8 @@ def device_rows(state: NodeState) -> list[DeviceRow]:
     rows = []
     for device, usage in zip(node.devices, state.usage, strict=True):
         mem_free, compute_free, detail = _free(node, device, usage)
+        if device.unhealthy:
+            detail = f"UNHEALTHY ({device.unhealthy}); {detail}"
         rows.append(
             DeviceRow(
                 device.index,
@@ -88,6 +91,7 @@ def device_rows(state: NodeState) -> list[DeviceRow]:
                 free_milli(device, usage),
                 usage.shares,
                 detail,
+                device.unhealthy,
             )
         )
     return rows

@@ -28,7 +28,9 @@ def limits(out: dict[str, Any], index: int = 0, section: str = "containers") -> 
 
 
 def test_every_container_of_an_annotation_request_gets_one_share() -> None:
-    obj = pod({P + "gpu-fraction": "0.5"}, containers=[container("a"), container("b")], init_containers=[container("w")])
+    obj = pod(
+        {P + "gpu-fraction": "0.5"}, containers=[container("a"), container("b")], init_containers=[container("w")]
+    )
     out = mutated(obj)
     for section, index in (("containers", 0), ("containers", 1), ("initContainers", 0)):
         assert limits(out, index, section) == {SHARE: "1"}
