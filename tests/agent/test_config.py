@@ -55,7 +55,7 @@ def test_the_node_name_comes_from_the_flag_the_file_or_the_environment(tmp_path:
     assert config(tmp_path, {"node": "from-file"}, node="").node == "from-file"
     assert config(tmp_path, {"node": "from-file"}, node="flag").node == "flag"
     assert load_config(None, "", {"NODE_NAME": "env"}).node == "env"
-    with pytest.raises(ConfigError, match="agent.node: no node name"):
+    with pytest.raises(ConfigError, match=r"agent\.node: no node name"):
         load_config(None, "", {})
 
 

@@ -226,7 +226,7 @@ def test_a_failed_creation_leaves_the_pod_unstarted_and_its_record_released(
     assert share.mig is not None and share.mig.start == 0
     before = gpus.instance_names(share.index)
     gpus.make_by_hand(share.index, "1g.10gb", 0)  # someone takes the slot between the bind and the pod's start
-    with pytest.raises(AdmitError, match="slot 0 of 4g.40gb is taken by MIG instance .* which gpuslice did not create"):
+    with pytest.raises(AdmitError, match=r"slot 0 of 4g\.40gb is taken by MIG instance .* gpuslice did not create"):
         agent.allocate(("share-000",))
     (about, kind, reason, message) = cluster.events[-1]
     assert (about.name, kind, reason) == ("big", "Warning", "GpusliceAllocateFailed")
