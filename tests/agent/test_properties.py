@@ -16,7 +16,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.agent.agent import Agent, AdmitError
+from scheduler.agent.agent import AdmitError, Agent
 from scheduler.agent.fake import FakeGpus
 from scheduler.agent.handover import Answer
 from scheduler.core import mig
@@ -48,7 +48,12 @@ OPS = st.one_of(
 def hardware() -> FakeGpus:
     return fake_gpus(
         {"model": "A100-80GB", "uuid": "GPU-m0", "mig": True},
-        {"model": "A100-80GB", "uuid": "GPU-m1", "mig": True, "instances": [{"profile": "1g.10gb", "start": 6, "uuid": HAND}]},
+        {
+            "model": "A100-80GB",
+            "uuid": "GPU-m1",
+            "mig": True,
+            "instances": [{"profile": "1g.10gb", "start": 6, "uuid": HAND}],
+        },
         {"model": "L4", "uuid": "GPU-l4"},
         {"model": "H100-80GB", "uuid": "GPU-h100"},
     )

@@ -257,6 +257,11 @@ class FakeApiServer:
     def node(self, name: str) -> Json | None:
         return self._copy("nodes", name)
 
+    def objects(self, resource: str) -> list[Json]:
+        """Copies of every stored object of one resource (events, say), by key."""
+        with self._lock:
+            return [copy.deepcopy(o) for _, o in sorted(self._objects[resource].items())]
+
     def pod(self, namespace: str, name: str) -> Json | None:
         return self._copy("pods", f"{namespace}/{name}")
 
