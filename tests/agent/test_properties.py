@@ -23,7 +23,8 @@ from scheduler.core import mig
 from scheduler.core.allocation import MigSlot
 from scheduler.core.catalog import CATALOG
 from scheduler.core.inventory import SharingMode
-from tests.agent.kit import Cluster, fake_gpus, make_agent
+from scheduler.agent.cluster import PodResources
+from tests.agent.kit import SHARE, Cluster, fake_gpus, make_agent
 
 HAND = "MIG-hand-1g-at-6"
 REQUESTS = [
@@ -72,7 +73,11 @@ class World:
     made: int = 0
 
     def restart(self) -> None:
-        self.agent = make_agent(self.tmp, self.gpus, self.cluster, gpus={"2": {"mode": "mps"}})
+        self.agent = start(self.tmp, self.gpus, self.cluster, self)
+
+    def list(self) -> dict[str, dict[str, dict[str, tuple[str, ...]]]]:
+        """The kubelet's pod-resources view: which pod holds which share ID."""
+        return {key: {"main0": {SHARE: (share,)}} for key, share in self.shares.items()}
 
     def forget(self, key: str) -> None:
         self.admitted.pop(key, None)
@@ -82,6 +87,10 @@ class World:
 
     def live(self) -> list[str]:
         return sorted([*self.bound, *self.admitted])
+
+
+def start(tmp: Path, gpus: FakeGpus, cluster: Cluster, kubelet: PodResources | None) -> Agent:
+    return make_agent(tmp, gpus, cluster, kubelet, gpus={"2": {"mode": "mps"}})
 
 
 def step(world: World, op: str, arg: int) -> None:
@@ -158,7 +167,8 @@ def test_instances_follow_the_records_and_nothing_is_handed_out_twice(ops: list[
         tmp = Path(name)
         gpus = hardware()
         cluster = Cluster(tmp)
-        world = World(tmp, gpus, cluster, make_agent(tmp, gpus, cluster, gpus={"2": {"mode": "mps"}}))
+        world = World(tmp, gpus, cluster, start(tmp, gpus, cluster, None))
+        world.restart()  # the agent that reads the kubelet's view (the world)
         for op, arg in ops:
             step(world, op, arg)
             check(world)
