@@ -136,7 +136,8 @@ class KubeApi:
         self._client = api_client
         self._core: Any = k8s.CoreV1Api(api_client)
         self.request_timeout_s = request_timeout_s
-        self.calls = API_CALLS  # what this client may call (the node agent's client has AGENT_API_CALLS)
+        # what this client may call, and the name of that set (the node agent's: AGENT_API_CALLS)
+        self.calls, self.calls_name = API_CALLS, "API_CALLS"
 
     # ------------------------------------------------------------ construction
 
@@ -196,7 +197,7 @@ class KubeApi:
     ) -> Any:
         """One call, with the response unread; its (verb, resource) must be in :data:`API_CALLS`."""
         if (verb, "", resource) not in self.calls:
-            raise AssertionError(f"API call {verb} {resource} is missing from this client's calls")
+            raise AssertionError(f"API call {verb} {resource} is missing from {self.calls_name}")
         call = f"{verb} {resource}"
         try:
             return method(

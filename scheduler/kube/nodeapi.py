@@ -32,7 +32,7 @@ class NodeApi:
     def __init__(
         self, api: KubeApi, node: str, clock: Clock = SYSTEM_CLOCK, options: KubeOptions | None = None
     ) -> None:
-        api.calls = AGENT_API_CALLS
+        api.calls, api.calls_name = AGENT_API_CALLS, "AGENT_API_CALLS"
         self._api = api
         self.node = node
         self._clock = clock

@@ -75,3 +75,11 @@ def test_the_node_api_reads_and_writes_only_its_own_node_and_pods() -> None:
         )
         assert server.served <= {(v, r) for v, _, r in AGENT_API_CALLS}
         assert server.served == {(v, r) for v, _, r in AGENT_API_CALLS}
+
+
+def test_the_agents_client_cannot_make_the_services_calls() -> None:
+    import pytest
+
+    api = NodeApi(KubeApi.from_url("http://127.0.0.1:1"), "gpu-1")
+    with pytest.raises(AssertionError, match="API call create pods/binding is missing from AGENT_API_CALLS"):
+        api._api.bind_pod("default", "p", {})
