@@ -34,6 +34,27 @@ from .quantity import bytes_to_mib, cpu_milli
 from .request import DEFAULT_PREFIX
 
 DEFAULT_MAX_PODS = 110
+# Every key of an inventory device the parser reads; the node agent writes the last four.
+DEVICE_KEYS = frozenset(
+    {
+        "uuid",
+        "index",
+        "model",
+        "memoryMiB",
+        "smCount",
+        "mode",
+        "migInstances",
+        "migProfiles",
+        "mpsClientLimit",
+        "replicas",
+        "nvlinkPeers",
+        "healthy",
+        "unhealthyReason",
+        "migTaken",
+        "migManaged",
+    }
+)
+INVENTORY_KEYS = frozenset({"devices", "mpsComputeOversubscriptionPct", "timeSlicingMemoryOversubscriptionPct"})
 UNKNOWN_MODEL = "UNKNOWN"
 
 

@@ -15,7 +15,7 @@ from scheduler.core import mig as migs
 from scheduler.core.allocation import MigSlot
 from scheduler.core.catalog import GpuModel
 from scheduler.core.fit import fit
-from scheduler.core.k8s import inventory_annotation, parse_node
+from scheduler.core.k8s import DEVICE_KEYS, INVENTORY_KEYS, inventory_annotation, parse_node
 from scheduler.core.request import parse_pod
 from scheduler.core.state import NodeState
 from tests.builders import make_device, pod
@@ -101,6 +101,9 @@ def nodes(draw: st.DrawFn) -> Node:
 @given(nodes())
 def test_parse_of_the_serialised_inventory_is_the_node(node: Node) -> None:
     assert reparse(node) == node
+    body = json.loads(inventory_annotation(node))
+    assert set(body) <= INVENTORY_KEYS  # only keys the parser reads
+    assert all(set(d) <= DEVICE_KEYS for d in body["devices"])
 
 
 def test_an_unhealthy_gpu_gets_nothing_new_and_says_why() -> None:
