@@ -182,3 +182,12 @@ def test_after_an_agent_restart_the_kubelets_view_says_who_holds_which_share(ben
 def test_pod_resources_that_do_not_answer_are_a_clear_error(short_tmp: Path) -> None:
     with pytest.raises(PodResourcesError, match="pod-resources List on"):
         KubeletPodResources(str(short_tmp / "none.sock"), timeout_s=0.5).list()
+
+
+def test_a_pod_gone_but_still_listed_by_the_kubelet_is_no_mismatch(bench: Bench) -> None:
+    a = bench.cluster.create_pod("a", gpu_fraction="0.5", sharing="mps")
+    bench.cluster.schedule(a)
+    assert bench.admit(a)
+    bench.cluster.delete(a)  # the kubelet has not cleaned up yet: pod-resources still lists it
+    bench.agent.tick()
+    assert bench.agent.mismatches == []

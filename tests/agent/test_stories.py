@@ -212,7 +212,9 @@ def test_a_pod_with_several_gpu_containers_is_answered_for_each_before_the_next_
     agent = make_agent(tmp_path, gpus, cluster, **CONFIG)
     cluster.schedule(cluster.create_pod("multi", containers=2, init_containers=1, gpu_count="1", sharing="exclusive"))
     cluster.schedule(cluster.create_pod("next", gpu_fraction="0.25", sharing="mps"))
-    pods = [agent.allocate((f"share-{i:03d}",)).pod for i in range(4)]
+    # the kubelet gives the first app container its init container's ID again, the second a new one
+    asked = ["share-000", "share-000", "share-001", "share-002"]
+    pods = [agent.allocate((share,)).pod for share in asked]
     assert pods == ["default/multi"] * 3 + ["default/next"]
 
 
