@@ -2,9 +2,10 @@
 
 **Which pod is being admitted.** ``Allocate`` names device IDs of the share resource, not
 the pod. The kubelet admits pods one at a time, in the order it sees them bound, and asks
-once per container that requests the resource (init containers first). So the agent
-answers, in order: a pod that already holds one of the requested IDs (a container reusing
-its init container's ID); else the pod whose containers it is part-way through; else the
+once per container that requests the resource (init containers first; an app container
+may get its init container's ID again). So the agent answers, in order: a pod that already
+holds one of the requested IDs; else the pod whose containers it is part-way through
+(counted by Allocate calls, not IDs); else the
 pod first seen bound to this node (the agent's own watch on the node's pods reports
 bindings in the order the kubelet's does; pods already there at start-up are ordered by
 the record's bind time, then creation time) among those with a counting record that are
@@ -78,9 +79,11 @@ class Placement:
 
 @dataclass(slots=True)
 class _Admission:
-    """What the agent handed to one pod: answers by share ID."""
+    """What the agent handed to one pod: answers by share ID, and how many containers asked
+    (a container may reuse its init container's ID, so IDs can be fewer than containers)."""
 
     answers: dict[str, Answer] = field(default_factory=dict)
+    calls: int = 0
     failed: str = ""
 
 
@@ -293,7 +296,7 @@ class Agent:
             done = self._admitted.get(key)
             if done is not None and done.failed:
                 continue
-            count = len(done.answers) if done else 0
+            count = done.calls if done else 0
             if 0 < count < len(pod.share_containers):
                 return pod  # part-way through this pod's containers
             if count == 0 and not pod.started and key not in self._kubelet_holds:
@@ -328,7 +331,8 @@ class Agent:
         assert pod.allocation is not None
         done = self._admitted.setdefault(pod.key, _Admission())
         for share in ids:
-            if share in done.answers:
+            if share in done.answers:  # a container reusing its init container's share
+                done.calls += 1
                 return done.answers[share]
         try:
             result = self._hand_over(pod, pod.allocation, ids)
@@ -340,6 +344,7 @@ class Agent:
             )
             log.warning("Allocate for %s failed: %s", pod.key, exc)
             raise AdmitError(str(exc)) from exc
+        done.calls += 1
         for share in ids:
             done.answers[share] = result
             self._owner[share] = pod.key
@@ -419,7 +424,7 @@ class Agent:
                         about,
                         f"kubelet gave share {share} to pod {key}, but the agent answered it with pod {owner}'s record",
                     )
-            if ours and (pod is None or pod.allocation is None):
+            if ours and pod is not None and pod.allocation is None:  # a pod gone is no longer known
                 self._report(about, f"pod {key} holds a gpuslice share but has no allocation record on this node")
             if pod is not None and pod.allocation is not None and nvidia:
                 recorded = {s.uuid for s in pod.allocation.shares}

@@ -17,13 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.agent.agent import AdmitError, Agent
+from scheduler.agent.cluster import PodResources
 from scheduler.agent.fake import FakeGpus
 from scheduler.agent.handover import Answer
 from scheduler.core import mig
 from scheduler.core.allocation import MigSlot
 from scheduler.core.catalog import CATALOG
 from scheduler.core.inventory import SharingMode
-from scheduler.agent.cluster import PodResources
 from tests.agent.kit import SHARE, Cluster, fake_gpus, make_agent
 
 HAND = "MIG-hand-1g-at-6"
