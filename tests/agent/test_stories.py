@@ -353,3 +353,16 @@ def test_static_mig_hands_over_the_precreated_instance_and_never_changes_it(tmp_
     cluster.delete(key)
     agent.tick()
     assert gpus.calls == []
+
+
+def test_an_instance_made_by_hand_at_exactly_the_recorded_placement_is_not_handed_over(
+    tmp_path: Path, cluster: Cluster, gpus: FakeGpus
+) -> None:
+    agent = make_agent(tmp_path, gpus, cluster, **CONFIG)
+    record = cluster.schedule(mig_pod(cluster, "p", "2g.20gb"))
+    (share,) = record.shares
+    assert share.mig is not None
+    hand = gpus.make_by_hand(share.index, "2g.20gb", share.mig.start)  # the very same shape and slot
+    with pytest.raises(AdmitError, match=f"taken by MIG instance {hand.uuid}"):
+        agent.allocate(("share-000",))
+    assert hand.uuid in {i.uuid for i in gpus.mig_instances(share.uuid)}
