@@ -42,17 +42,14 @@ from scheduler.core.k8s import inventory_annotation, parse_node
 
 from .cluster import Json, NodeCluster, ObjectRef, PodResources
 from .config import AgentConfig
-from .gpus import GpuError, GpuInfo, Gpus, MigInfo
+from .gpus import GpuError, GpuInfo, Gpus
 from .handover import Answer, answer
 from .inventory import build_node, model_of
+from .migs import AdmitError, MigInstances, Placement
 from .mps import MpsDaemons, ProcessRunner
 from .pods import PodInfo, pod_info
 
 log = logging.getLogger("gpuslice.agent")
-
-
-class AdmitError(GpusliceError):
-    """A container cannot be given its share; the kubelet fails the pod with this message."""
 
 
 class Clock(Protocol):
@@ -67,14 +64,6 @@ class SystemClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    gpu_uuid: str
-    slices: int
-    slots: int
-    start: int
 
 
 @dataclass(slots=True)
@@ -116,7 +105,7 @@ class Agent:
         self._admitted: dict[str, _Admission] = {}
         self._owner: dict[str, str] = {}  # share ID -> pod key
         self._kubelet_holds: set[str] = set()  # pods pod-resources shows holding a share
-        self._managed: set[str] = set()  # MIG instance UUIDs the agent made
+        self._migs = MigInstances(gpus, config, runner)
         self._unhealthy: dict[str, str] = {}
         self._published = ""
         self._reported: set[str] = set()
@@ -140,13 +129,7 @@ class Agent:
             self._published = str(annotations.get(self.config.prefix + "inventory") or "")
         with self._lock:
             self._merge(self._cluster.list_pods(), batch=True)
-            held = self._held()
-            for gpu in self._gpus.devices():
-                if not self._dynamic(gpu):
-                    continue
-                for inst in self._gpus.mig_instances(gpu.uuid):
-                    if self._placement(inst) in held or inst.uuid in previous:
-                        self._managed.add(inst.uuid)
+            self._migs.adopt(self._held(), previous)
             self._check_kubelet()
             self._reconcile_mig()
             self._publish()
@@ -198,13 +181,6 @@ class Agent:
 
     # ------------------------------------------------------------ MIG
 
-    def _dynamic(self, gpu: GpuInfo) -> bool:
-        return gpu.mig_enabled and self.config.sharing_of(gpu.index).mig_strategy == "dynamic"
-
-    @staticmethod
-    def _placement(inst: MigInfo) -> Placement:
-        return Placement(inst.gpu_uuid, inst.compute_slices, inst.memory_slots, inst.start)
-
     def _held(self) -> dict[Placement, str]:
         """Placement -> pod, for every MIG share of a live record on this node."""
         out = {}
@@ -214,72 +190,8 @@ class Agent:
                     out[Placement(share.uuid, share.mig.slices, share.mig.size, share.mig.start)] = pod.key
         return out
 
-    def _reconcile_mig(self) -> bool:
-        """Destroy the agent's instances that no live record holds and nothing runs on."""
-        held = self._held()
-        changed = False
-        for gpu in self._gpus.devices():
-            if not self._dynamic(gpu):
-                continue
-            busy = {p.instance_uuid for p in self._gpus.processes(gpu.uuid)}
-            for inst in self._gpus.mig_instances(gpu.uuid):
-                if inst.uuid not in self._managed or self._placement(inst) in held or inst.uuid in busy:
-                    continue
-                try:
-                    self._gpus.destroy_mig(gpu.uuid, inst.uuid)
-                except GpuError as exc:
-                    self.problems.append(f"destroy {inst.uuid}: {exc}")
-                    continue
-                log.info("destroyed MIG instance %s on GPU %d (no pod holds it)", inst.uuid, gpu.index)
-                self._managed.discard(inst.uuid)
-                changed = True
-        on_hardware = {i.uuid for g in self._gpus.devices() if g.mig_enabled for i in self._gpus.mig_instances(g.uuid)}
-        self._managed &= on_hardware
-        if changed:
-            self._refresh_cdi()
-        return changed
-
-    def _instance_for(self, gpu: GpuInfo, share: DeviceShare, pod: str) -> MigInfo:
-        """The instance at exactly the record's placement: the agent's own if there, else made now."""
-        assert share.mig is not None
-        want = Placement(gpu.uuid, share.mig.slices, share.mig.size, share.mig.start)
-        end = share.mig.start + share.mig.size
-        held = self._held()
-        for inst in self._gpus.mig_instances(gpu.uuid):
-            if self._placement(inst) == want and inst.uuid in self._managed:
-                return inst
-            overlaps = inst.start < end and share.mig.start < inst.start + inst.memory_slots
-            if not overlaps:
-                continue
-            if inst.uuid not in self._managed:
-                raise AdmitError(
-                    f"GPU {gpu.index}: slot {share.mig.start} of {share.mig.profile} is taken by MIG instance "
-                    f"{inst.uuid}, which gpuslice did not create; it is left alone"
-                )
-            holder = held.get(self._placement(inst))
-            if holder is not None and holder != pod:
-                raise AdmitError(f"GPU {gpu.index}: slot {share.mig.start} is held by pod {holder}")
-            self._gpus.destroy_mig(gpu.uuid, inst.uuid)  # the agent's, and nobody's any more
-            self._managed.discard(inst.uuid)
-        try:
-            made = self._gpus.create_mig(gpu.uuid, share.mig.slices, share.mig.size, share.mig.start)
-        except GpuError as exc:
-            raise AdmitError(f"cannot create MIG {share.mig.profile} at slot {share.mig.start}: {exc}") from exc
-        self._managed.add(made.uuid)
-        log.info(
-            "created MIG %s at slot %d on GPU %d for %s: %s", share.mig.profile, made.start, gpu.index, pod, made.uuid
-        )
-        self._publish()  # before the answer: a restart from here finds the instance listed as ours
-        self._refresh_cdi()
-        return made
-
-    def _refresh_cdi(self) -> None:
-        if not self.config.cdi_refresh:
-            return
-        try:
-            self._runner.run(self.config.cdi_refresh, {}, "")
-        except Exception as exc:  # the runner's OSError / CalledProcessError: reported, not fatal
-            self.problems.append(f"cdiRefresh {' '.join(self.config.cdi_refresh)}: {exc}")
+    def _reconcile_mig(self) -> None:
+        self.problems.extend(self._migs.reconcile(self._held()))
 
     # ------------------------------------------------------------ Allocate
 
@@ -379,8 +291,12 @@ class Agent:
         assert share.mig is not None
         if not gpu.mig_enabled:
             raise AdmitError(f"GPU {gpu.index} has MIG mode off; the agent never changes MIG mode")
-        if self._dynamic(gpu):
-            return self._instance_for(gpu, share, pod).uuid
+        if self._migs.dynamic(gpu):
+            made, fresh = self._migs.instance_for(gpu, share, pod, self._held())
+            if fresh:
+                self._publish()  # before the answer: a restart from here finds the instance listed as ours
+                self.problems.extend(self._migs.refresh_cdi())
+            return made.uuid
         for inst in self._gpus.mig_instances(gpu.uuid):  # static: the pre-created instance named
             if inst.uuid == share.uuid and inst.start == share.mig.start:
                 return inst.uuid
@@ -447,7 +363,7 @@ class Agent:
         gpus = self._gpus.devices()
         instances = {g.uuid: self._gpus.mig_instances(g.uuid) for g in gpus if g.mig_enabled}
         peers = {g.uuid: self._gpus.nvlink_peers(g.uuid) for g in gpus}
-        return build_node(self.config, gpus, instances, self._managed, self._unhealthy, peers)
+        return build_node(self.config, gpus, instances, self._migs.managed, self._unhealthy, peers)
 
     def inventory(self) -> str:
         """The inventory annotation the hardware gives now."""
@@ -504,7 +420,7 @@ class Agent:
 
     def managed(self) -> set[str]:
         with self._lock:
-            return set(self._managed)
+            return set(self._migs.managed)
 
     def owners(self) -> dict[str, str]:
         with self._lock:

@@ -72,14 +72,14 @@ def build_node(
                 if sharing.mig_strategy == "static":
                     static = tuple(sorted(taken + ours, key=lambda i: i.start))
                     taken, ours = [], []
+                    if not static:
+                        reason = reason or "static MIG, but the GPU has no MIG instances"
                 else:
                     names = {p.name for p in model.mig.profiles}
                     allowed = tuple(p for p in sharing.mig_profiles if p in names)
                     unknown = sorted(set(sharing.mig_profiles) - names)
                     if unknown:
                         warnings.append(f"GPU {info.index}: {model.name} has no MIG profile {', '.join(unknown)}")
-                if static == () and sharing.mig_strategy == "static":
-                    reason = reason or "static MIG, but the GPU has no MIG instances"
         elif mode is SharingMode.MIG:
             warnings.append(
                 f"GPU {info.index}: configured for MIG, but its MIG mode is off (the agent never changes it)"

@@ -24,8 +24,9 @@ import grpc
 
 from scheduler.core.errors import GpusliceError
 
-from .agent import AdmitError, Agent, share_ids
+from .agent import Agent, share_ids
 from .handover import Answer
+from .migs import AdmitError
 from .proto import deviceplugin_pb2 as pb
 from .proto import deviceplugin_pb2_grpc as pb_grpc
 

@@ -16,10 +16,11 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.agent.agent import AdmitError, Agent
+from scheduler.agent.agent import Agent
 from scheduler.agent.cluster import PodResources
 from scheduler.agent.fake import FakeGpus
 from scheduler.agent.handover import Answer
+from scheduler.agent.migs import AdmitError
 from scheduler.core import mig
 from scheduler.core.allocation import MigSlot
 from scheduler.core.catalog import CATALOG

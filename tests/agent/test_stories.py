@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from scheduler.agent.agent import AdmitError
 from scheduler.agent.fake import FakeGpus
+from scheduler.agent.migs import AdmitError
 from scheduler.core.k8s import parse_node
 from tests.agent.kit import NODE, PREFIX, Cluster, FakeClock, FakeRunner, fake_gpus, make_agent
 
