@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from scheduler.core import CATALOG, Device, MigInstance, Node, NodeState, SharingMode, make_policy, parse_pod
-from scheduler.core.select import Scoreboard
+from scheduler.core.board import Board, Status
 
 
 def demo_cluster() -> list[Node]:
@@ -57,7 +57,7 @@ DEMO_PODS = [
 
 def run_demo(policy_name: str = "fgd") -> None:
     policy = make_policy(policy_name)
-    board = Scoreboard(NodeState.empty(n) for n in demo_cluster())
+    board = Board(NodeState.empty(n) for n in demo_cluster())
     table = Table(title=f"gpuslice demo: {len(DEMO_PODS)} pods on {len(board)} nodes, policy {policy_name}")
     for column in ("pod", "request", "node", "score", "share"):
         table.add_column(column)
@@ -65,7 +65,10 @@ def run_demo(policy_name: str = "fgd") -> None:
         pod = parse_pod(raw)
         placement = board.best(policy, pod.demand)
         if placement is None:
-            reasons = board.rank(policy, pod.demand).failures
+            outcomes = board.filter(policy, pod.demand)
+            everyone = board.names()
+            names = [everyone[p] for p in board.everyone().tolist()]
+            reasons = {**outcomes.reasons(names, Status.UNSCHEDULABLE), **outcomes.reasons(names, Status.UNRESOLVABLE)}
             table.add_row(
                 pod.name,
                 pod.demand.gpu.describe(),

@@ -96,9 +96,10 @@ def build_node(
                 sharing.replicas if mode is SharingMode.TIME_SLICING else 1,
                 static,
                 allowed,
-                tuple(sorted(taken, key=lambda i: i.start)),
-                tuple(sorted(ours, key=lambda i: i.start)),
-                reason,
+                healthy=not reason,
+                unhealthy_reason=reason,
+                mig_taken=tuple(sorted(taken, key=lambda i: i.start)),
+                mig_managed=tuple(sorted(ours, key=lambda i: i.start)),
             )
         )
         for peer in peers.get(info.uuid, ()):

@@ -1,17 +1,18 @@
 """The packing core: pure, typed, no I/O. The extender and the simulator both call it.
 
 Layering inside the core (lower never imports higher):
-errors, quantity -> catalog -> inventory -> request -> allocation -> mig -> state
--> fit -> capacity -> fragmentation -> policies -> select.
+errors, quantity -> catalog -> inventory -> request -> allocation -> mig -> capacity
+-> state -> fit -> fragmentation -> policies -> select -> board.
 """
 
 from .allocation import Allocation, DeviceShare, MigSlot, decode_record, encode_record
+from .board import Board, Outcomes, Status
 from .catalog import CATALOG, GpuModel, lookup_model
 from .errors import ConfigError, GpusliceError, InventoryError, RecordError, RequestError
 from .fit import Fit, fit
 from .fragmentation import DEFAULT_WORKLOAD, Fragmentation, TypicalWorkload
 from .inventory import Device, MigInstance, Node, SharingMode
-from .policies import REGISTRY, Policy, make_policy
+from .policies import REGISTRY, Context, Policy, make_policy
 from .request import DEFAULT_PREFIX, Demand, GpuKind, GpuRequest, PodRequest, parse_pod
 from .select import Placement, Ranking, best, evaluate, rank
 from .state import NodeState, rebuild
@@ -22,7 +23,9 @@ __all__ = [
     "DEFAULT_WORKLOAD",
     "REGISTRY",
     "Allocation",
+    "Board",
     "ConfigError",
+    "Context",
     "Demand",
     "Device",
     "DeviceShare",
@@ -37,6 +40,7 @@ __all__ = [
     "MigSlot",
     "Node",
     "NodeState",
+    "Outcomes",
     "Placement",
     "PodRequest",
     "Policy",
@@ -44,6 +48,7 @@ __all__ = [
     "RecordError",
     "RequestError",
     "SharingMode",
+    "Status",
     "TypicalWorkload",
     "best",
     "decode_record",

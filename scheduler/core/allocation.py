@@ -149,6 +149,23 @@ def decode_record(text: object, pod: str) -> Allocation:
     return Allocation(_str(pod, body, "node"), tuple(shares), _int(pod, body, "cpuMilli"), _int(pod, body, "memoryMiB"))
 
 
+def record_header(text: str) -> tuple[str | None, str | None]:
+    """The ``node`` and ``timestamp`` of a record, without decoding the rest (None where unreadable)."""
+    try:
+        body = json.loads(text)
+    except (ValueError, RecursionError):
+        return None, None
+    if not isinstance(body, dict):
+        return None, None
+    node, stamp = body.get("node"), body.get("timestamp")
+    return (node if isinstance(node, str) else None), (stamp if isinstance(stamp, str) else None)
+
+
+def record_node(text: str) -> str | None:
+    """The ``node`` of a record (None if unreadable)."""
+    return record_header(text)[0]
+
+
 def record_annotations(alloc: Allocation, prefix: str, phase: str, timestamp: str) -> dict[str, str]:
     """Every annotation a bind writes on the pod: the record, its phase, and the container's
     environment (visible devices, and for MPS the thread percentage and memory limit)."""

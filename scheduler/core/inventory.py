@@ -33,14 +33,12 @@ class Device:
 
     ``mig_instances`` non-empty means a static MIG geometry; an empty tuple on a MIG
     device means dynamic MIG, restricted to ``mig_allowed`` (empty: every profile of
-    the model's layout). On a dynamic device, ``mig_taken`` are instances the node agent
-    found but did not create (made by hand): their slots are occupied for good;
-    ``mig_managed`` are the instances the agent created for allocation records, listed
-    for people and for the agent's own restart (the records count those slots, so the
-    capacity model ignores this list).
-
-    ``unhealthy`` is empty for a healthy GPU, else the reason the agent marked it (a
-    fatal XID, fallen off the bus): nothing new is placed on it.
+    the model's layout). An unhealthy GPU (a fatal XID, fallen off the bus: the node agent
+    reports it) keeps its shares but takes nothing new; ``unhealthy_reason`` says why.
+    On a dynamic-MIG GPU, ``mig_taken`` are instances the node agent found but did not
+    create (made by hand): their slots are occupied for good; ``mig_managed`` are those it
+    created for allocation records, listed for people and for the agent's own restart (the
+    records count those slots, so the capacity model ignores this list).
     """
 
     uuid: str
@@ -51,9 +49,10 @@ class Device:
     replicas: int = 1
     mig_instances: tuple[MigInstance, ...] = ()
     mig_allowed: tuple[str, ...] = ()
+    healthy: bool = True
+    unhealthy_reason: str = ""
     mig_taken: tuple[MigInstance, ...] = ()
     mig_managed: tuple[MigInstance, ...] = ()
-    unhealthy: str = ""
 
     @property
     def memory_mib(self) -> int:

@@ -118,18 +118,20 @@ def _instances(node: str, index: int, model: GpuModel, raw: Mapping[str, Any], k
     return tuple(out)
 
 
-def _unhealthy(node: str, index: int, raw: Mapping[str, Any]) -> str:
-    """The reason a device is unhealthy ("" if healthy), from ``healthy`` and ``unhealthyReason``."""
+def _health(node: str, index: int, raw: Mapping[str, Any]) -> tuple[bool, str]:
+    """(healthy, unhealthy reason) from ``healthy`` and ``unhealthyReason``."""
     healthy = raw.get("healthy", True)
     reason = raw.get("unhealthyReason")
     if not isinstance(healthy, bool):
         raise _problem(node, f"device {index}: healthy must be true or false, got {healthy!r}")
     if reason is not None and (healthy or not isinstance(reason, str)):
         raise _problem(node, f"device {index}: unhealthyReason must be a string, and only beside healthy: false")
-    return "" if healthy else (reason or "reported unhealthy")
+    return healthy, "" if healthy else (reason or "reported unhealthy")
 
 
-def _from_annotation(name: str, text: object) -> tuple[list[Device], set[tuple[int, int]], dict[str, int]]:
+def _from_annotation(
+    name: str, text: object, defaults: tuple[int, int]
+) -> tuple[list[Device], set[tuple[int, int]], tuple[int, int]]:
     try:
         body = json.loads(text) if isinstance(text, str) else None
     except (ValueError, RecursionError) as exc:
@@ -179,6 +181,7 @@ def _from_annotation(name: str, text: object) -> tuple[list[Device], set[tuple[i
         uuid = raw.get("uuid") or str(index)
         if not isinstance(uuid, str):
             raise _problem(name, f"device {index}: uuid must be a string")
+        healthy, reason = _health(name, index, raw)
         device = Device(
             uuid,
             index,
@@ -188,9 +191,10 @@ def _from_annotation(name: str, text: object) -> tuple[list[Device], set[tuple[i
             _int(name, raw, "replicas", 1, 1),
             instances,
             allowed,
+            healthy,
+            reason,
             taken,
             managed,
-            _unhealthy(name, index, raw),
         )
         if instances:
             _check_static(name, device, device.mig_instances)
@@ -201,11 +205,11 @@ def _from_annotation(name: str, text: object) -> tuple[list[Device], set[tuple[i
             if isinstance(peer, bool) or not isinstance(peer, int):
                 raise _problem(name, f"device {index}: nvlinkPeers must be GPU indices")
             links.add((min(index, peer), max(index, peer)))
-    options = {
-        "mps": _int(name, body, "mpsComputeOversubscriptionPct", 100, 100),
-        "ts": _int(name, body, "timeSlicingMemoryOversubscriptionPct", 100, 100),
-    }
-    return devices, links, options
+    oversubscription = (
+        _int(name, body, "mpsComputeOversubscriptionPct", defaults[0], 100),
+        _int(name, body, "timeSlicingMemoryOversubscriptionPct", defaults[1], 100),
+    )
+    return devices, links, oversubscription
 
 
 def _static_layout(name: str, model: GpuModel, count: int, profiles: dict[str, int]) -> list[list[MigInstance]]:
@@ -323,8 +327,14 @@ def _from_labels(name: str, labels: Mapping[str, str], allocatable: Mapping[str,
     ]
 
 
-def parse_node(node: Mapping[str, Any], prefix: str = DEFAULT_PREFIX) -> Node:
-    """The core's view of a Kubernetes Node; :class:`InventoryError` names the node and the field."""
+def parse_node(
+    node: Mapping[str, Any], prefix: str = DEFAULT_PREFIX, oversubscription: tuple[int, int] = (100, 100)
+) -> Node:
+    """The core's view of a Kubernetes Node; :class:`InventoryError` names the node and the field.
+
+    ``oversubscription`` is the (MPS compute, time-slicing memory) oversubscription in percent
+    for a node whose inventory sets none.
+    """
     if not isinstance(node, Mapping):
         raise InventoryError("node must be a JSON object")
     meta = node.get("metadata") or {}
@@ -346,16 +356,16 @@ def parse_node(node: Mapping[str, Any], prefix: str = DEFAULT_PREFIX) -> Node:
     except ValueError as exc:
         raise _problem(name, f"status.allocatable has a malformed quantity: {exc}") from exc
     links: set[tuple[int, int]] = set()
-    options = {"mps": 100, "ts": 100}
+    options = oversubscription
     if prefix + "inventory" in annotations:
-        devices, links, options = _from_annotation(name, annotations[prefix + "inventory"])
+        devices, links, options = _from_annotation(name, annotations[prefix + "inventory"], oversubscription)
     else:
         devices = _from_labels(name, labels, allocatable)
     indices = [d.index for d in devices]
     if sorted(indices) != list(range(len(devices))):
         raise _problem(name, f"GPU indices must be 0..{len(devices) - 1} without gaps, got {sorted(indices)}")
     devices.sort(key=lambda d: d.index)
-    return Node(name, cpu, memory, tuple(devices), pods, frozenset(links), options["mps"], options["ts"])
+    return Node(name, cpu, memory, tuple(devices), pods, frozenset(links), options[0], options[1])
 
 
 def _instance_json(instances: tuple[MigInstance, ...]) -> list[dict[str, Any]]:
@@ -377,10 +387,10 @@ def inventory_annotation(node: Node) -> str:
             "mpsClientLimit": d.mps_client_limit,
             "replicas": d.replicas,
             "nvlinkPeers": sorted({b if a == d.index else a for a, b in node.nvlink if d.index in (a, b)}),
-            "healthy": not d.unhealthy,
+            "healthy": d.healthy,
         }
-        if d.unhealthy:
-            raw["unhealthyReason"] = d.unhealthy
+        if not d.healthy:
+            raw["unhealthyReason"] = d.unhealthy_reason
         if d.mode is SharingMode.MIG:
             raw["migInstances"] = _instance_json(d.mig_instances)
             raw["migProfiles"] = list(d.mig_allowed)

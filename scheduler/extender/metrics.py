@@ -80,8 +80,8 @@ class _DeviceCollector(Collector):
         )
         totals: dict[tuple[str, str], list[int]] = {}
         for node, row in self._devices():
-            if row.unhealthy:
-                unhealthy.add_metric([node, str(row.index), row.uuid, row.unhealthy], 1)
+            if not row.healthy:
+                unhealthy.add_metric([node, str(row.index), row.uuid, row.unhealthy_reason], 1)
             t = totals.setdefault((node, row.mode), [0, 0, 0, 0])
             t[0] += row.memory_allocated_mib
             t[1] += row.memory_free_mib

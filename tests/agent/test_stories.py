@@ -63,7 +63,7 @@ def test_the_inventory_is_the_fake_hardware(tmp_path: Path, cluster: Cluster, gp
     assert [(i.profile.name, i.start, i.uuid) for i in by_index[1].mig_taken] == [("3g.40gb", 4, HAND_MADE)]
     assert by_index[0].mig_taken == () and by_index[0].mig_instances == ()
     assert node.nvlink == frozenset({(0, 1)})
-    assert all(not d.unhealthy for d in node.devices)
+    assert all(d.healthy for d in node.devices)
 
 
 def test_the_inventory_is_written_only_when_it_changes(tmp_path: Path, cluster: Cluster, gpus: FakeGpus) -> None:
@@ -98,7 +98,7 @@ def test_a_fatal_xid_marks_the_gpu_unhealthy_and_the_extender_refuses_it(
     assert (about.kind, about.name, kind, reason) == ("Node", NODE, "Warning", "GpusliceGpuUnhealthy")
     assert "GPU 3 (GPU-h100-3, H100-80GB) is unhealthy: XID 79" in message
     rows = {r["index"]: r for r in cluster.extender.describe(NODE)[0]["devices"]}
-    assert rows[3]["unhealthy"] == "XID 79: GPU has fallen off the bus" and rows[3]["detail"].startswith("UNHEALTHY")
+    assert rows[3]["healthy"] is False and rows[3]["detail"] == "unhealthy: XID 79: GPU has fallen off the bus"
     metrics = generate_latest(cluster.extender.metrics.registry).decode()
     assert 'gpuslice_gpu_unhealthy{gpu="3",node="gpu-1",reason="XID 79: GPU has fallen off the bus"' in metrics
 

@@ -63,8 +63,9 @@ def devices(draw: st.DrawFn, index: int) -> Device:
     options: dict[str, Any] = {
         "mps_client_limit": draw(st.integers(1, 48)),
         "replicas": draw(st.integers(1, 8)),
-        "unhealthy": draw(st.sampled_from(["", "XID 79: GPU has fallen off the bus", "XID 48: double-bit ECC error"])),
     }
+    reason = draw(st.sampled_from(["", "XID 79: GPU has fallen off the bus", "XID 48: double-bit ECC error"]))
+    options.update(healthy=not reason, unhealthy_reason=reason)
     if mode is SharingMode.MIG:
         assert model.mig is not None
         instances = draw(legal_instances(model, f"{index}"))
@@ -112,7 +113,9 @@ def test_an_unhealthy_gpu_gets_nothing_new_and_says_why() -> None:
         32_000,
         256_000,
         (
-            make_device(0, "L4", "mps", uuid="GPU-a", unhealthy="XID 79: GPU has fallen off the bus"),
+            make_device(
+                0, "L4", "mps", uuid="GPU-a", healthy=False, unhealthy_reason="XID 79: GPU has fallen off the bus"
+            ),
             make_device(1, "L4", "mps", uuid="GPU-b"),
         ),
     )
@@ -131,7 +134,9 @@ def test_a_record_on_a_gpu_that_turned_unhealthy_still_counts() -> None:
     healthy = Node("gpu-1", 32_000, 256_000, (make_device(0, "L4", "mps", uuid="GPU-a"),))
     demand = parse_pod(pod(annotations={"gpuslice.io/gpu-fraction": "0.5"})).demand
     (alloc,) = fit(demand, NodeState.empty(healthy)).allocations
-    sick = Node("gpu-1", 32_000, 256_000, (make_device(0, "L4", "mps", uuid="GPU-a", unhealthy="XID 79"),))
+    sick = Node(
+        "gpu-1", 32_000, 256_000, (make_device(0, "L4", "mps", uuid="GPU-a", healthy=False, unhealthy_reason="XID 79"),)
+    )
     state, problems = rebuild(sick, [("default/p", encode_record(alloc))])
     assert problems == [] and state.usage[0].shares == 1
 
@@ -181,4 +186,4 @@ def test_bad_agent_fields_are_named(device: dict[str, Any], message: str) -> Non
 def test_unhealthy_without_a_reason_still_says_so() -> None:
     raw = [{"index": 0, "model": "L4", "healthy": False}]
     node = parse_node({"metadata": {"name": "gpu-1", "annotations": {"gpuslice.io/inventory": json.dumps(raw)}}})
-    assert node.devices[0].unhealthy == "reported unhealthy"
+    assert (node.devices[0].healthy, node.devices[0].unhealthy_reason) == (False, "reported unhealthy")
