@@ -48,6 +48,10 @@ class Device:
     device means dynamic MIG, restricted to ``mig_allowed`` (empty: every profile of
     the model's layout). An unhealthy GPU (a fatal XID, fallen off the bus: the node agent
     reports it) keeps its shares but takes nothing new; ``unhealthy_reason`` says why.
+    On a dynamic-MIG GPU, ``mig_taken`` are instances the node agent found but did not
+    create (made by hand): their slots are occupied for good; ``mig_managed`` are those it
+    created for allocation records, listed for people and for the agent's own restart (the
+    records count those slots, so the capacity model ignores this list).
     """
 
     uuid: str
@@ -60,6 +64,8 @@ class Device:
     mig_allowed: tuple[str, ...] = ()
     healthy: bool = True
     unhealthy_reason: str = ""
+    mig_taken: tuple[MigInstance, ...] = ()
+    mig_managed: tuple[MigInstance, ...] = ()
     # What makes two GPUs interchangeable for the capacity model, apart from their usage (not
     # their UUIDs), as a small int (see kind_id): worked out once, since every fit question reads it.
     kind: int = field(init=False, compare=False, hash=False, repr=False)
@@ -74,6 +80,7 @@ class Device:
             tuple((i.profile.name, i.start) for i in self.mig_instances),
             self.mig_allowed,
             self.healthy,
+            tuple((i.profile.name, i.start) for i in self.mig_taken),
         )
         object.__setattr__(self, "kind", kind_id(kind))
 

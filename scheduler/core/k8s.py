@@ -4,8 +4,13 @@ Inventory, in order of precedence:
 1. the ``<prefix>inventory`` annotation (written by an agent or by hand), JSON:
    ``{"devices": [{"uuid", "index", "model", "memoryMiB", "smCount", "mode",
    "migInstances": [{"profile", "start", "uuid"}], "migProfiles": [...], "mpsClientLimit",
-   "replicas", "nvlinkPeers": [...]}], "mpsComputeOversubscriptionPct",
-   "timeSlicingMemoryOversubscriptionPct"}`` (a bare list of devices is accepted too);
+   "replicas", "nvlinkPeers": [...], "healthy", "unhealthyReason", "migTaken", "migManaged"}],
+   "mpsComputeOversubscriptionPct",
+   "timeSlicingMemoryOversubscriptionPct"}`` (a bare list of devices is accepted too).
+   ``healthy: false`` with ``unhealthyReason`` keeps new pods off a GPU; on a dynamic-MIG
+   GPU ``migTaken`` lists instances made by hand (their slots are occupied) and
+   ``migManaged`` those the node agent created for records. :func:`inventory_annotation`
+   writes this form;
 2. NVIDIA GPU feature discovery labels (``nvidia.com/gpu.product``, ``gpu.memory``,
    ``gpu.count``, ``gpu.sharing-strategy``, ``gpu.replicas``, ``mig.strategy`` and the
    ``nvidia.com/mig-<profile>.count`` family);
@@ -29,6 +34,27 @@ from .quantity import bytes_to_mib, cpu_milli
 from .request import DEFAULT_PREFIX
 
 DEFAULT_MAX_PODS = 110
+# Every key of an inventory device the parser reads; the node agent writes the last four.
+DEVICE_KEYS = frozenset(
+    {
+        "uuid",
+        "index",
+        "model",
+        "memoryMiB",
+        "smCount",
+        "mode",
+        "migInstances",
+        "migProfiles",
+        "mpsClientLimit",
+        "replicas",
+        "nvlinkPeers",
+        "healthy",
+        "unhealthyReason",
+        "migTaken",
+        "migManaged",
+    }
+)
+INVENTORY_KEYS = frozenset({"devices", "mpsComputeOversubscriptionPct", "timeSlicingMemoryOversubscriptionPct"})
 UNKNOWN_MODEL = "UNKNOWN"
 
 
@@ -67,15 +93,40 @@ def _profile(node: str, model: GpuModel, text: object) -> MigProfile:
     return profile
 
 
-def _check_static(node: str, device: Device) -> None:
+def _check_static(node: str, device: Device, instances: tuple[MigInstance, ...]) -> None:
     layout = device.model.mig
     assert layout is not None
     used: tuple[MigSlot, ...] = ()
-    for inst in sorted(device.mig_instances, key=lambda i: i.start):
+    for inst in sorted(instances, key=lambda i: i.start):
         problem = mig.why_not(layout, used, inst.profile, inst.start)
         if problem is not None:
             raise _problem(node, f"GPU {device.index}: MIG geometry is illegal: {problem}")
         used = (*used, mig.slot_of(inst.profile, inst.start))
+
+
+def _instances(node: str, index: int, model: GpuModel, raw: Mapping[str, Any], key: str) -> tuple[MigInstance, ...]:
+    """A device's list of MIG instances under ``key``: ``[{"profile", "start", "uuid"}]``."""
+    items = raw.get(key) or []
+    if not isinstance(items, list):
+        raise _problem(node, f"device {index}: {key} must be a list of {{profile, start, uuid}} objects")
+    out = []
+    for k, inst in enumerate(items):
+        if not isinstance(inst, dict):
+            raise _problem(node, f"device {index}: {key}[{k}] must be an object")
+        profile = _profile(node, model, inst.get("profile"))
+        out.append(MigInstance(profile, _int(node, inst, "start"), str(inst.get("uuid") or "")))
+    return tuple(out)
+
+
+def _health(node: str, index: int, raw: Mapping[str, Any]) -> tuple[bool, str]:
+    """(healthy, unhealthy reason) from ``healthy`` and ``unhealthyReason``."""
+    healthy = raw.get("healthy", True)
+    reason = raw.get("unhealthyReason")
+    if not isinstance(healthy, bool):
+        raise _problem(node, f"device {index}: healthy must be true or false, got {healthy!r}")
+    if reason is not None and (healthy or not isinstance(reason, str)):
+        raise _problem(node, f"device {index}: unhealthyReason must be a string, and only beside healthy: false")
+    return healthy, "" if healthy else (reason or "reported unhealthy")
 
 
 def _from_annotation(
@@ -110,20 +161,27 @@ def _from_annotation(
             ) from exc
         if model.memory_mib <= 0:
             raise _problem(name, f"device {index}: model {model.name} needs memoryMiB")
-        instances: list[MigInstance] = []
+        instances: tuple[MigInstance, ...] = ()
+        taken: tuple[MigInstance, ...] = ()
+        managed: tuple[MigInstance, ...] = ()
         allowed: tuple[str, ...] = ()
         if mode is SharingMode.MIG:
-            for k, inst in enumerate(raw.get("migInstances") or []):
-                if not isinstance(inst, dict):
-                    raise _problem(name, f"device {index}: migInstances[{k}] must be an object")
-                profile = _profile(name, model, inst.get("profile"))
-                instances.append(MigInstance(profile, _int(name, inst, "start"), str(inst.get("uuid") or "")))
+            instances = _instances(name, index, model, raw, "migInstances")
+            taken = _instances(name, index, model, raw, "migTaken")
+            managed = _instances(name, index, model, raw, "migManaged")
+            if instances and (taken or managed):
+                raise _problem(
+                    name,
+                    f"device {index}: migTaken and migManaged describe dynamic MIG; a static geometry "
+                    "lists every instance in migInstances",
+                )
             allowed = tuple(_profile(name, model, p).name for p in raw.get("migProfiles") or [])
             if model.mig is None:
                 raise _problem(name, f"device {index}: model {model.name} cannot run MIG")
         uuid = raw.get("uuid") or str(index)
         if not isinstance(uuid, str):
             raise _problem(name, f"device {index}: uuid must be a string")
+        healthy, reason = _health(name, index, raw)
         device = Device(
             uuid,
             index,
@@ -131,11 +189,17 @@ def _from_annotation(
             mode,
             _int(name, raw, "mpsClientLimit", DEFAULT_MPS_CLIENTS, 1),
             _int(name, raw, "replicas", 1, 1),
-            tuple(instances),
+            instances,
             allowed,
+            healthy,
+            reason,
+            taken,
+            managed,
         )
         if instances:
-            _check_static(name, device)
+            _check_static(name, device, device.mig_instances)
+        if taken:
+            _check_static(name, device, device.mig_taken)
         devices.append(device)
         for peer in raw.get("nvlinkPeers") or []:
             if isinstance(peer, bool) or not isinstance(peer, int):
@@ -302,3 +366,40 @@ def parse_node(
         raise _problem(name, f"GPU indices must be 0..{len(devices) - 1} without gaps, got {sorted(indices)}")
     devices.sort(key=lambda d: d.index)
     return Node(name, cpu, memory, tuple(devices), pods, frozenset(links), options[0], options[1])
+
+
+def _instance_json(instances: tuple[MigInstance, ...]) -> list[dict[str, Any]]:
+    return [{"profile": i.profile.name, "start": i.start, "uuid": i.uuid} for i in instances]
+
+
+def inventory_annotation(node: Node) -> str:
+    """The ``<prefix>inventory`` annotation of ``node``'s GPUs, which :func:`parse_node` reads
+    back to the same devices, NVLink and oversubscription (the node agent writes it)."""
+    devices = []
+    for d in node.devices:
+        raw: dict[str, Any] = {
+            "uuid": d.uuid,
+            "index": d.index,
+            "model": d.model.name,
+            "memoryMiB": d.model.memory_mib,
+            "smCount": d.model.sm_count,
+            "mode": d.mode.value,
+            "mpsClientLimit": d.mps_client_limit,
+            "replicas": d.replicas,
+            "nvlinkPeers": sorted({b if a == d.index else a for a, b in node.nvlink if d.index in (a, b)}),
+            "healthy": d.healthy,
+        }
+        if not d.healthy:
+            raw["unhealthyReason"] = d.unhealthy_reason
+        if d.mode is SharingMode.MIG:
+            raw["migInstances"] = _instance_json(d.mig_instances)
+            raw["migProfiles"] = list(d.mig_allowed)
+            raw["migTaken"] = _instance_json(d.mig_taken)
+            raw["migManaged"] = _instance_json(d.mig_managed)
+        devices.append(raw)
+    body = {
+        "devices": devices,
+        "mpsComputeOversubscriptionPct": node.mps_compute_oversub_pct,
+        "timeSlicingMemoryOversubscriptionPct": node.ts_memory_oversub_pct,
+    }
+    return json.dumps(body, separators=(",", ":"), sort_keys=True)

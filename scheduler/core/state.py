@@ -10,10 +10,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from . import mig
 from .allocation import Allocation, decode_record
 from .capacity import EMPTY, DeviceUsage, Free, add_share, free, gap_level, refusal, remove_share
 from .errors import RecordError
-from .inventory import Node
+from .inventory import Device, Node
+
+
+def taken_usage(device: Device) -> DeviceUsage:
+    """What a GPU holds before any allocation: nothing, or the MIG instances made by hand."""
+    if not device.mig_taken:
+        return EMPTY
+    return DeviceUsage(mig=tuple(sorted(mig.slot_of(i.profile, i.start) for i in device.mig_taken)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +43,8 @@ class NodeState:
 
     @staticmethod
     def empty(node: Node) -> NodeState:
-        return NodeState(node, tuple(EMPTY for _ in node.devices))
+        # A dynamic-MIG GPU's instances made by hand occupy their slots before any record does.
+        return NodeState(node, tuple(taken_usage(d) for d in node.devices))
 
     @property
     def cpu_free(self) -> int:

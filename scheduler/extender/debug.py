@@ -24,6 +24,7 @@ class DeviceRow:
     shares: int
     detail: str  # MIG slots in use, MPS clients, time-slicing replicas, or why the GPU is unhealthy
     healthy: bool
+    unhealthy_reason: str = ""
 
 
 def device_rows(state: NodeState) -> list[DeviceRow]:
@@ -45,6 +46,7 @@ def device_rows(state: NodeState) -> list[DeviceRow]:
                 usage.shares,
                 left.detail if device.healthy else f"unhealthy: {device.unhealthy_reason}",
                 device.healthy,
+                device.unhealthy_reason,
             )
         )
     return rows

@@ -46,9 +46,9 @@ from urllib.parse import parse_qs, urlsplit
 
 Json = dict[str, Any]
 
-RESOURCES = ("nodes", "pods", "configmaps")
-LIST_KIND = {"nodes": "NodeList", "pods": "PodList", "configmaps": "ConfigMapList"}
-KIND = {"nodes": "Node", "pods": "Pod", "configmaps": "ConfigMap"}
+RESOURCES = ("nodes", "pods", "configmaps", "events")
+LIST_KIND = {"nodes": "NodeList", "pods": "PodList", "configmaps": "ConfigMapList", "events": "EventList"}
+KIND = {"nodes": "Node", "pods": "Pod", "configmaps": "ConfigMap", "events": "Event"}
 REASONS = {
     400: "BadRequest",
     404: "NotFound",
@@ -257,6 +257,11 @@ class FakeApiServer:
     def node(self, name: str) -> Json | None:
         return self._copy("nodes", name)
 
+    def objects(self, resource: str) -> list[Json]:
+        """Copies of every stored object of one resource (events, say), by key."""
+        with self._lock:
+            return [copy.deepcopy(o) for _, o in sorted(self._objects[resource].items())]
+
     def pod(self, namespace: str, name: str) -> Json | None:
         return self._copy("pods", f"{namespace}/{name}")
 
@@ -459,6 +464,13 @@ class FakeApiServer:
                 creationTimestamp=old["metadata"].get("creationTimestamp"),
             )
             return self._store(resource, body, "MODIFIED")
+
+    def patch_node(self, name: str, patch: Any) -> Json:
+        with self._lock:
+            old = self._require("nodes", name)
+            if not isinstance(patch, dict):
+                raise ApiFailure(400, "a merge patch must be a JSON object")
+            return self._store("nodes", merge_patch(old, patch), "MODIFIED")
 
     def patch_pod(self, namespace: str, name: str, patch: Any) -> Json:
         with self._lock:
@@ -700,6 +712,16 @@ class _Handler(BaseHTTPRequestHandler):
             result = fake.update(resource, ns, name, body or {})
         elif verb == "patch" and resource == "pods":
             result = fake.patch_pod(ns, name, body)
+        elif verb == "patch" and resource == "nodes":
+            result = fake.patch_node(name, body)
+        elif verb == "create" and resource == "events":
+            body = dict(body or {})
+            meta = body.setdefault("metadata", {})
+            meta["namespace"] = ns
+            if not meta.get("name"):
+                meta["name"] = str(meta.get("generateName") or "event.") + uuid.uuid4().hex[:8]
+            with fake._lock:
+                result = fake._store("events", body, "ADDED")
         elif verb == "delete" and resource != "nodes":
             result = fake.delete(resource, ns, name)
         else:
