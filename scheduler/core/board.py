@@ -114,12 +114,28 @@ class _ReasonTable:
             self.stamps = np.concatenate([self.stamps, np.full(extra, -1, dtype=np.int64)])
 
 
-@dataclass(frozen=True, slots=True)
 class _Cluster:
-    """The :class:`~scheduler.core.policies.base.Cluster` a policy's ``adjust`` reads."""
+    """The :class:`~scheduler.core.policies.base.Cluster` a policy's ``adjust`` reads; the
+    moves are gathered only when read."""
 
-    gaps: np.ndarray
-    moves: np.ndarray
+    __slots__ = ("_moves", "_positions", "_table", "gaps")
+
+    def __init__(self, gaps: np.ndarray, table: _ScoreTable, positions: np.ndarray | None, size: int) -> None:
+        self.gaps = gaps
+        self._table = table
+        self._positions = positions
+        self._moves: np.ndarray | None = table.moves[:, :size] if positions is None else None
+
+    @property
+    def moves(self) -> np.ndarray:
+        if self._moves is None:
+            assert self._positions is not None
+            positions = self._positions
+            moves = np.full((2, len(positions)), -1, dtype=np.int64)
+            where = positions >= 0
+            moves[:, where] = self._table.moves[:, positions[where]]
+            self._moves = moves
+        return self._moves
 
 
 class _Ids:
@@ -395,16 +411,22 @@ class Board:
                 & (self._memory_free[:n] >= demand.memory_mib)
             )
             return np.where(fits, table.scores[:n], -np.inf), table
+        if 2 * len(positions) >= self._size:  # most of the cluster: work on slices, gather once
+            everywhere, table = self._raw(policy, demand, None)
+            return np.where(positions >= 0, everywhere[positions], -np.inf), table
         where = positions >= 0
-        known = positions[where]
+        known = positions if where.all() else positions[where]
         table = self._score_table(policy, demand, known)
         fits = (
             (self._room[known] > 0)
             & (self._cpu_free[known] >= demand.cpu_milli)
             & (self._memory_free[known] >= demand.memory_mib)
         )
+        listed = np.where(fits, table.scores[known], -np.inf)
+        if known is positions:
+            return listed, table
         scores = np.full(len(positions), -np.inf)
-        scores[where] = np.where(fits, table.scores[known], -np.inf)
+        scores[where] = listed
         return scores, table
 
     def filter(self, policy: Policy, demand: Demand, positions: np.ndarray | None = None) -> Outcomes:
@@ -480,13 +502,7 @@ class Board:
 
     def _finished(self, policy: Policy, demand: Demand, positions: np.ndarray | None) -> np.ndarray:
         scores, table = self._raw(policy, demand, positions)
-        if positions is None:
-            moves = table.moves[:, : self._size]
-        else:
-            moves = np.full((2, len(positions)), -1, dtype=np.int64)
-            where = positions >= 0
-            moves[:, where] = table.moves[:, positions[where]]
-        return finish(policy, demand, scores, _Cluster(self._gaps, moves))
+        return finish(policy, demand, scores, _Cluster(self._gaps, table, positions, self._size))
 
     def best(self, policy: Policy, demand: Demand) -> Placement | None:
         """The winning placement over every node (ties: the lowest ``order``, then position)."""

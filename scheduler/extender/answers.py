@@ -40,12 +40,12 @@ class Listing:
         self._maps: OrderedDict[Hashable, _Failures] = OrderedDict()
         self._survivors: OrderedDict[bytes, Listing] = OrderedDict()
 
-    def survivors(self, fits: np.ndarray, names: Sequence[str]) -> Listing:
+    def survivors(self, fits: np.ndarray, entries: Entries) -> Listing:
         """The listed nodes where ``fits``, as a listing (itself if all fit), kept per outcome.
 
         Filter passes the same nodes for pod after pod of a kind (a node drops out only when
         it fills up): the passed names, their JSON and prioritize's encoded answer are then
-        reused instead of made again. ``names`` are the board's names by position.
+        reused instead of made again. ``entries`` are the board's, of this listing's layout.
         """
         if fits.all():
             return self
@@ -55,19 +55,21 @@ class Listing:
             self._survivors.move_to_end(key)
             return found
         at = np.flatnonzero(fits)
-        if self.all_known:
-            passed = [names[p] for p in self.positions[at].tolist()]
-        else:
-            passed = [self.names[i] for i in at.tolist()]
+        known = self.all_known
+        passed = entries.names[self.positions[at]].tolist() if known else [self.names[i] for i in at.tolist()]
         found = self._survivors[key] = Listing(self.layout, passed, self.positions[at])
         if len(self._survivors) > self._MAX_SURVIVORS:
             self._survivors.popitem(last=False)
         return found
 
-    def template(self) -> wire.HostPriorities:
-        """The prioritize answer for these names, scores left blank."""
+    def template(self, entries: Entries) -> wire.HostPriorities:
+        """The prioritize answer for these names, scores left blank (``entries``: the board's,
+        of this listing's layout)."""
         if self._template is None:
-            self._template = wire.HostPriorities([wire.host_entry(n) for n in self.names])
+            if self.all_known:
+                self._template = wire.HostPriorities(entries.encoded[self.positions].tolist())
+            else:
+                self._template = wire.HostPriorities([wire.host_entry(n) for n in self.names])
         return self._template
 
     def failures(self, key: Hashable) -> _Failures:
@@ -118,11 +120,33 @@ class _Failures:
         return self._json[status]
 
 
+class Entries:
+    """Per board position, the node's name and its encoded HostPriority (``wire.host_entry``),
+    as arrays: a listing's names and prioritize template are gathered from them."""
+
+    __slots__ = ("encoded", "layout", "names")
+
+    def __init__(self, board: Board) -> None:
+        names = board.names()
+        self.layout = board.layout
+        self.names = np.empty(len(names), dtype=object)
+        self.names[:] = names
+        self.encoded = np.empty(len(names), dtype=object)
+        self.encoded[:] = [wire.host_entry(n) for n in names]
+
+
 class Answers:
     """The listings met lately, per slot (what filter got; what prioritize will most likely get)."""
 
     def __init__(self) -> None:
         self._slots: dict[str, Listing] = {}
+        self._entries: Entries | None = None
+
+    def entries(self, board: Board) -> Entries:
+        """The board's :class:`Entries`, made again when its layout changes."""
+        if self._entries is None or self._entries.layout != board.layout:
+            self._entries = Entries(board)
+        return self._entries
 
     def listing(self, names: Sequence[str], board: Board, slot: str) -> Listing:
         """``names`` with their board positions, kept per ``slot`` while the same list comes again."""

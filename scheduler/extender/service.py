@@ -141,7 +141,7 @@ class Extender:
             listing = answers.listing(args.names, board, "filter")
             outcomes = board.filter(policy, demand, listing.positions)
             fits = outcomes.fits()
-            survivors = listing.survivors(fits, board.names())
+            survivors = listing.survivors(fits, answers.entries(board))
             answers.expect("prioritize", survivors)
             failed_json, unresolvable_json = (None, None)
             if not fits.all():
@@ -185,8 +185,10 @@ class Extender:
             return wire.host_priorities(args.names, [0] * len(args.names))
         policy = self.policy_for(request)
         with self.cache.lock:
-            listing = self.answers.listing(args.names, self.cache.board, "prioritize")
-            scores = self.cache.board.scores(policy, request.demand, listing.positions)
+            board = self.cache.board
+            listing = self.answers.listing(args.names, board, "prioritize")
+            scores = board.scores(policy, request.demand, listing.positions)
+            template = listing.template(self.answers.entries(board))
         fits = scores > -np.inf
         out = np.zeros(len(scores), dtype=np.int64)
         # core 0..100 -> extender 0..10, rounded half up
@@ -197,7 +199,7 @@ class Extender:
                 "prioritize",
                 extra={"pod": request.key, "nodes": len(out), "node": listing.names[top], "score": int(out[top])},
             )
-        return listing.template().encode(out)
+        return template.encode(out)
 
     # ------------------------------------------------------------ bind
 
