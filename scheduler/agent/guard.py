@@ -94,7 +94,9 @@ class Guard:
         return placed and share.mode not in ISOLATED and self._settings.action_for(share.namespace) == "evict"
 
     def _figures(self, share: ShareUse, seconds: float) -> str:
-        pids = ", ".join(f"{p.pid}{'/' + p.container if p.container else ''} {p.memory_mib} MiB" for p in share.processes)
+        pids = ", ".join(
+            f"{p.pid}{'/' + p.container if p.container else ''} {p.memory_mib} MiB" for p in share.processes
+        )
         return (
             f"pod {share.pod} uses {share.used_memory_mib} MiB on GPU {share.gpu_index} ({share.gpu_uuid}, "
             f"{share.mode}), above its share of {share.allocated_memory_mib} MiB, for {seconds:.0f}s "

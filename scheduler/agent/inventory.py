@@ -2,8 +2,9 @@
 
 Per GPU: UUID, model (from NVML's product name, memory and SM count), MIG mode and the
 instances there with their placements and UUIDs, NVLink peers, health, the sharing mode
-from the configuration, and the memory stray processes hold (measured each round). MIG mode on the hardware decides: a GPU in MIG mode is a MIG GPU
-whatever the configuration says, and a GPU with MIG off is never offered as one.
+from the configuration, and the memory stray processes hold (measured each round). MIG mode
+on the hardware decides: a GPU in MIG mode is a MIG GPU whatever the configuration says, and a
+GPU with MIG off is never offered as one.
 On a dynamic-MIG GPU the instances are split by who made them: ``mig_managed`` (the agent,
 for records) and ``mig_taken`` (anyone else: never touched, their slots never offered).
 """

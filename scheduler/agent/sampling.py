@@ -109,9 +109,7 @@ def _instance_of(share: DeviceShare, instances: tuple[MigInfo, ...]) -> str:
     """The UUID of the MIG instance at the share's placement ("" if there is none yet)."""
     if share.mig is None:
         return ""
-    found = next(
-        (i for i in instances if i.start == share.mig.start and i.memory_slots == share.mig.size), None
-    )
+    found = next((i for i in instances if i.start == share.mig.start and i.memory_slots == share.mig.size), None)
     return found.uuid if found is not None else ""
 
 
@@ -168,7 +166,9 @@ def take(gpus: Gpus, pods: Iterable[PodInfo], procs: ProcReader) -> Sample:
                 continue
             why = _why(owner, pod, gpu, proc, share)
             strays.append(
-                Stray(gpu.index, gpu.uuid, proc.instance_uuid, proc.pid, proc.used_memory_mib, pod.key if pod else "", why)
+                Stray(
+                    gpu.index, gpu.uuid, proc.instance_uuid, proc.pid, proc.used_memory_mib, pod.key if pod else "", why
+                )
             )
     shares = []
     by_index = {g.index: g for g in devices}

@@ -90,7 +90,7 @@ def parse_usage(node: str, text: object) -> Measured:
     at = top.get("at", "")
     if not isinstance(at, str):
         raise _problem(node, f"at must be a timestamp string, got {at!r}")
-    pods_raw = top.get("pods") or {}
+    pods_raw = top.get("pods", {})
     if not isinstance(pods_raw, dict):
         raise _problem(node, "pods must be an object of pod -> shares")
     pods: dict[str, tuple[MeasuredShare, ...]] = {}
@@ -114,7 +114,7 @@ def parse_usage(node: str, text: object) -> Measured:
                 )
             )
         pods[str(key)] = tuple(out)
-    stray_raw = top.get("stray") or []
+    stray_raw = top.get("stray", [])
     if not isinstance(stray_raw, list):
         raise _problem(node, "stray must be a list of processes")
     strays = []
@@ -125,7 +125,9 @@ def parse_usage(node: str, text: object) -> Measured:
         if not isinstance(why, str):
             raise _problem(node, f"{where}.why must be a string")
         strays.append(
-            StrayUse(_int(node, one, "index", where), _int(node, one, "pid", where), _int(node, one, "memoryMiB", where), why)
+            StrayUse(
+                _int(node, one, "index", where), _int(node, one, "pid", where), _int(node, one, "memoryMiB", where), why
+            )
         )
     omitted = _int(node, top, "strayOmitted", "usage") if "strayOmitted" in top else 0
     return Measured(at, pods, tuple(strays), omitted)

@@ -49,7 +49,10 @@ def config(tmp: Path, body: Any, node: str = "n1") -> Any:
         ({"measure": {"procroot": "/proc"}}, "agent.measure.procroot: unknown key; accepted: procRoot"),
         ({"overrun": {"action": "kill"}}, "agent.overrun.action: 'kill'; accepted: report, evict"),
         ({"overrun": {"namespaces": {"team-a": "delete"}}}, "agent.overrun.namespaces.team-a: 'delete'; accepted"),
-        ({"overrun": {"namespaces": {"Team_A": "evict"}}}, "agent.overrun.namespaces: 'Team_A' is not a namespace name"),
+        (
+            {"overrun": {"namespaces": {"Team_A": "evict"}}},
+            "agent.overrun.namespaces: 'Team_A' is not a namespace name",
+        ),
         ({"overrun": {"namespaces": ["team-a"]}}, "agent.overrun.namespaces: must be a mapping of namespace"),
         ({"overrun": {"graceSeconds": -5}}, "agent.overrun.graceSeconds: must be a number of seconds in (0, 86400]"),
         ({"overrun": {"toleranceMiB": 1.5}}, "agent.overrun.toleranceMiB: must be a whole number >= 0, got 1.5"),
@@ -66,7 +69,10 @@ def test_the_measuring_settings_and_their_defaults(tmp_path: Path) -> None:
     default = load_config(None, "n1", {})
     assert (default.metrics.port, default.overrun.action, default.overrun.grace_s) == (9402, "report", 60.0)
     assert default.overrun.action_for("team-a") == "report"  # report only, unless configured
-    body = {"overrun": {"action": "report", "namespaces": {"batch": "evict"}, "graceSeconds": 5}, "metrics": {"port": 0}}
+    body = {
+        "overrun": {"action": "report", "namespaces": {"batch": "evict"}, "graceSeconds": 5},
+        "metrics": {"port": 0},
+    }
     settings = config(tmp_path, body)
     assert settings.overrun.action_for("batch") == "evict" and settings.overrun.action_for("prod") == "report"
     assert settings.metrics.port == 0 and settings.overrun.grace_s == 5.0

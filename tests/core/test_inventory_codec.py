@@ -191,7 +191,9 @@ def test_unhealthy_without_a_reason_still_says_so() -> None:
 
 
 def stray_node(mode: str, stray: int, **options: Any) -> Node:
-    return Node("gpu-1", 32_000, 256_000, (make_device(0, "L4", mode, uuid="GPU-a", stray_memory_mib=stray),), **options)
+    return Node(
+        "gpu-1", 32_000, 256_000, (make_device(0, "L4", mode, uuid="GPU-a", stray_memory_mib=stray),), **options
+    )
 
 
 def share_of(memory: str) -> Any:
@@ -237,9 +239,7 @@ def test_a_record_on_a_gpu_with_stray_memory_still_counts() -> None:
 
 
 def test_stray_memory_on_a_mig_gpu_does_not_take_free_slots() -> None:
-    node = Node(
-        "gpu-1", 32_000, 256_000, (make_device(0, "A100-80GB", "mig", uuid="GPU-a", stray_memory_mib=4096),)
-    )
+    node = Node("gpu-1", 32_000, 256_000, (make_device(0, "A100-80GB", "mig", uuid="GPU-a", stray_memory_mib=4096),))
     state = NodeState.empty(reparse(node))
     seven = parse_pod(pod(annotations={"gpuslice.io/mig-profile": "7g.80gb"})).demand
     assert fit(seven, state)

@@ -524,11 +524,9 @@ class FakeApiServer:
             if body.get("apiVersion") != "policy/v1" or body.get("kind") != "Eviction":
                 raise ApiFailure(400, "expected a policy/v1 Eviction", "BadRequest")
             uid = ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
-            if uid and uid != pod["metadata"].get("uid"):
-                raise ApiFailure(
-                    409,
-                    f"Precondition failed: UID in precondition: {uid}, UID in object meta: {pod['metadata'].get('uid')}",
-                )
+            actual = pod["metadata"].get("uid")
+            if uid and uid != actual:
+                raise ApiFailure(409, f"Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}")
             self.evictions.append(body)
             self._store("pods", pod, "DELETED")
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}

@@ -99,7 +99,12 @@ def test_an_eviction_a_budget_refuses_or_of_a_replaced_pod_is_an_error() -> None
     with FakeApiServer() as server:
         server.put_pod(on("gpu-1", "p"))
         api = NodeApi(KubeApi.from_url(server.url, request_timeout_s=2.0), "gpu-1")
-        server.fault("create", "pods/eviction", status=429, message="Cannot evict pod as it would violate the pod's disruption budget.")
+        server.fault(
+            "create",
+            "pods/eviction",
+            status=429,
+            message="Cannot evict pod as it would violate the pod's disruption budget.",
+        )
         with pytest.raises(ApiStatusError, match="create pods/eviction: HTTP 429"):
             api.evict(ObjectRef("Pod", "p", "default", "uid-p"))
         with pytest.raises(ConflictError, match="Precondition failed"):
