@@ -58,7 +58,9 @@ def measured(sample: Sample, overrunning: set[tuple[str, int]], at: str) -> Meas
             MeasuredShare(
                 share.gpu_index,
                 round_up(share.used_memory_mib, MEMORY_STEP_MIB),
-                None if compute is None else (compute + COMPUTE_STEP_MILLI // 2) // COMPUTE_STEP_MILLI * COMPUTE_STEP_MILLI,
+                None
+                if compute is None
+                else (compute + COMPUTE_STEP_MILLI // 2) // COMPUTE_STEP_MILLI * COMPUTE_STEP_MILLI,
                 share.key in overrunning,
             )
         )

@@ -151,12 +151,12 @@ def k8s_node(name: str = NODE) -> dict[str, Any]:
 class Cluster:
     """The API server and the extender, in memory; also the agent's ``NodeCluster``."""
 
-    def __init__(self, tmp: Path, node: str = NODE) -> None:
+    def __init__(self, tmp: Path, node: str = NODE, flags: Mapping[str, Any] | None = None) -> None:
         path = tmp / "cluster.json"
         path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [k8s_node(node)]}))
         self.node = node
         self.backend = _SharedBackend(path, PREFIX, clock=lambda: "2026-01-01T00:00:00Z")
-        self.extender = Extender(serve_config(env={}, flags={}), self.backend)
+        self.extender = Extender(serve_config(env={}, flags=dict(flags or {})), self.backend)
         self.extender.start()
         self.events: list[tuple[ObjectRef, str, str, str]] = []
         self.patches: Counter[str] = Counter()  # Node annotation writes, by annotation (without the prefix)
