@@ -166,3 +166,14 @@ def test_the_command_reports_bad_configuration_in_one_line(tmp_path: Path) -> No
     assert done.stderr.strip().splitlines() == [
         "gpuslice agent: agent.sharing.mode: 'x'; accepted: exclusive, mps, time-slicing, mig"
     ]
+
+
+def test_every_key_is_in_the_docs_table() -> None:
+    from scheduler.agent.config import _TOP_KEYS
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "node-agent.md").read_text(encoding="utf-8")
+    import re
+
+    first_cells = [line.split("|")[1] for line in docs.splitlines() if line.startswith("| `")]
+    documented = {name for cell in first_cells for name in re.findall(r"`([A-Za-z]+)`", cell)}
+    assert set(_TOP_KEYS) - documented == set()
