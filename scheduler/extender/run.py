@@ -154,9 +154,9 @@ def render(nodes: list[dict[str, Any]], console: Console) -> None:
         "GPU",
         "model",
         "mode",
-        "memory used/total MiB",
+        "memory allocated/total MiB",
         "free MiB",
-        "compute used/free %",
+        "compute allocated/free %",
         "detail",
         "pods",
     ):

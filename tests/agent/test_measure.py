@@ -441,3 +441,53 @@ def test_the_usage_annotation_is_written_only_on_change_and_at_most_every_publis
     assert cluster.patches["usage"] == written + 2
     assert cluster.usage()["pods"]["default/steady"][0]["usedMiB"] == 7040
     assert cluster.usage()["at"] == "2026-01-01T00:00:00Z"
+
+
+# ---------------------------------------------------------------- gpuslice inspect
+
+
+def test_inspect_shows_used_next_to_allocated_and_a_line_per_stray_process(
+    tmp_path: Path, cluster: Cluster, gpus: FakeGpus, proc: FakeProc, clock: FakeClock
+) -> None:
+    import io
+
+    from rich.console import Console
+
+    from scheduler.extender.run import render
+
+    agent = agent_of(tmp_path, gpus, cluster, clock)
+    running(cluster, "train", namespace="team-a", gpu_memory="8Gi", sharing="time-slicing")
+    running(cluster, "quiet", namespace="team-a", gpu_memory="2Gi", sharing="time-slicing")
+    gpus.add_process(0, 5001, 3000, sm_percent=40)
+    proc.pod_process(5001, "train")
+    gpus.add_process(1, 4242, 8000)
+    proc.host_process(4242, "python3")
+    agent.tick()
+    out = io.StringIO()
+    render(cluster.extender.describe(), Console(file=out, width=400))
+    text = out.getvalue()
+    # 8 GiB on an L4 (23034 MiB): compute in proportion, ceil(8192 x 1000 / 23034) = 356 milli = 35.6 percent
+    assert "team-a/train used 3008/8192 MiB, 40/35.6 percent" in text
+    assert "team-a/quiet used 0/2048 MiB, 0/8.9 percent" in text
+    assert "stray: GPU 1 PID 4242 holds 8000 MiB: host process python3" in text
+    # without the agent's figures, inspect shows what it always showed
+    bare = cluster.extender.describe()
+    for node in bare:
+        node["measured"] = None
+        for pod in node["pods"]:
+            for share in pod["shares"]:
+                share.pop("usedMiB", None)
+    out = io.StringIO()
+    render(bare, Console(file=out, width=400))
+    assert "team-a/quiet, team-a/train" in out.getvalue()
+    assert "train used" not in out.getvalue() and "stray:" not in out.getvalue()
+
+
+def test_an_unreadable_usage_annotation_is_shown_and_changes_nothing_else(
+    tmp_path: Path, cluster: Cluster, gpus: FakeGpus, proc: FakeProc, clock: FakeClock
+) -> None:
+    agent_of(tmp_path, gpus, cluster, clock)
+    cluster.set_node_annotations({"gpuslice.io/usage": "{broken"})
+    (node,) = cluster.extender.describe(NODE)
+    assert node["usable"] is True
+    assert node["measured"]["problem"].startswith("node gpu-1: usage annotation: not JSON")
