@@ -90,7 +90,9 @@ def _sampled(gpus: Gpus, procs: ProcReader, device: str, out: TextIO) -> int:
     sample = take(gpus, [], procs)
     for line in sample.problems:
         print(f"sampling: {line}", file=out)
-    print(f"sampling: {len(sample.strays)} process(es) on {len(sample.gpus)} GPU(s), none of them a pod's here", file=out)
+    print(
+        f"sampling: {len(sample.strays)} process(es) on {len(sample.gpus)} GPU(s), none of them a pod's here", file=out
+    )
     mine = [s for s in sample.strays if s.pid == me]
     if not mine:
         print(f"NOT SAMPLED: the agent's sampling does not find PID {me} (is /proc this PID namespace's?)", file=out)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from scheduler.core.errors import GpusliceError
@@ -33,7 +32,6 @@ from scheduler.core.inventory import SharingMode
 
 from .cluster import NodeCluster, ObjectRef
 from .config import OverrunSettings
-from .pods import PodInfo
 from .sampling import Sample, ShareUse
 
 log = logging.getLogger("gpuslice.agent.guard")
@@ -62,9 +60,10 @@ class Guard:
         """(pod UID, GPU index) of the shares above their memory for longer than the grace period."""
         return {key for key, episode in self._episodes.items() if episode.reported}
 
-    def observe(self, sample: Sample, pods: Mapping[str, PodInfo], now: float) -> None:
-        """Compare every share of ``sample`` with its allocation at ``now`` (monotonic seconds);
-        ``pods`` by UID, as the agent knows them now."""
+    def observe(self, sample: Sample, now: float) -> None:
+        """Compare every share of ``sample`` with its allocation at ``now`` (monotonic seconds).
+        A share in the sample comes from a counting record (see :mod:`scheduler.agent.sampling`):
+        the pod was bound by gpuslice; the Eviction names its UID, so a pod replaced since is safe."""
         over = set()
         for share in sample.shares:
             if share.used_memory_mib <= share.allocated_memory_mib + self._settings.tolerance_mib:
@@ -76,7 +75,7 @@ class Guard:
             if not episode.reported:
                 episode.reported = True
                 self._report(share, now - episode.since)
-            if self._wants_eviction(share, pods.get(share.uid)) and not episode.evicted and now >= episode.next_try:
+            if self._wants_eviction(share) and not episode.evicted and now >= episode.next_try:
                 episode.evicted = self._evict(share, now - episode.since)
                 episode.next_try = now + self._settings.grace_s
         for key in set(self._episodes) - over:
@@ -88,10 +87,8 @@ class Guard:
         action = self._settings.action_for(share.namespace)
         return "evict" if action == "evict" else "report only"
 
-    def _wants_eviction(self, share: ShareUse, pod: PodInfo | None) -> bool:
-        # placed by gpuslice: the share comes from the pod's counting record, checked again now
-        placed = pod is not None and pod.allocation is not None and pod.uid == share.uid
-        return placed and share.mode not in ISOLATED and self._settings.action_for(share.namespace) == "evict"
+    def _wants_eviction(self, share: ShareUse) -> bool:
+        return share.mode not in ISOLATED and self._settings.action_for(share.namespace) == "evict"
 
     def _figures(self, share: ShareUse, seconds: float) -> str:
         pids = ", ".join(

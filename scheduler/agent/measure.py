@@ -102,7 +102,7 @@ class Measure:
         """One sample and all that follows from it at ``now`` (monotonic seconds); the problems."""
         known = list(pods)
         sample = take(self._gpus, known, self._procs)
-        self.guard.observe(sample, {p.uid: p for p in known if p.uid}, now)
+        self.guard.observe(sample, now)
         self.strays.observe(sample, now)
         step = self._config.measure.stray_round_mib
         self._stray_mib = {uuid: round_up(mib, step) for uuid, mib in sample.stray_memory_mib().items() if mib > 0}

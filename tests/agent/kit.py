@@ -162,6 +162,7 @@ class Cluster:
         self.patches: Counter[str] = Counter()  # Node annotation writes, by annotation (without the prefix)
         self.evictions: list[ObjectRef] = []  # every Eviction call
         self.refuse_evictions = ""  # a PodDisruptionBudget's refusal, while set
+        self.slow_termination = False  # an evicted pod stays, terminating (a long grace period)
         self._follower: Callable[[Change], None] | None = None
         self.lagging = False  # the agent's watch does not see pod changes (a slow watch)
 
@@ -207,7 +208,13 @@ class Cluster:
         self.evictions.append(pod)
         if self.refuse_evictions:
             raise GpusliceError(f"create pods/eviction: HTTP 429 TooManyRequests: {self.refuse_evictions}")
-        self.backend.delete_pod(f"{pod.namespace}/{pod.name}")
+        key = f"{pod.namespace}/{pod.name}"
+        if not self.slow_termination:
+            self.backend.delete_pod(key)
+            return
+        terminating = json.loads(json.dumps(self.backend.pods()[key]))
+        terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"
+        self.backend.put_pod(terminating)
 
     def stop(self) -> None:
         if self._follower is not None:

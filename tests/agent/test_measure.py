@@ -271,6 +271,27 @@ def test_whose_stray_process_it_is_is_said(
     assert one(scrape(agent), "gpuslice_stray_memory_mib", gpu="1") == 2300
 
 
+def test_a_process_in_a_mig_instance_its_record_does_not_name_is_stray(
+    tmp_path: Path, cluster: Cluster, gpus: FakeGpus, proc: FakeProc, clock: FakeClock
+) -> None:
+    agent = agent_of(tmp_path, gpus, cluster, clock)
+    key = cluster.create_pod("mig", mig_profile="3g.40gb")
+    record = cluster.schedule(key)
+    agent.allocate(("share-000",))
+    cluster.start_containers(key)
+    start = record.shares[0].mig.start if record.shares[0].mig else -1
+    other = gpus.make_by_hand(2, "1g.10gb", 0 if start == 4 else 6)  # someone else's instance
+    gpus.add_process(2, 6100, 5000, instance_uuid=other.uuid)
+    proc.pod_process(6100, "mig")  # our pod's process, but in that instance
+    agent.tick()
+    (stray,) = agent.measure.view().sample.strays
+    assert stray.why == f"pod {key} runs in MIG instance {other.uuid}; its record names 3g.40gb at slot {start}"
+    assert one(scrape(agent), "gpuslice_share_memory_used_mib", pod="mig") == 0
+    # on a MIG GPU a stray process takes no free slot: reported, not published for placement
+    assert one(scrape(agent), "gpuslice_stray_memory_mib", gpu="2") == 5000
+    assert "strayMemoryMiB" not in cluster.inventory()["devices"][2]
+
+
 # ---------------------------------------------------------------- the guard
 
 
@@ -315,6 +336,19 @@ def test_an_overrun_held_past_the_grace_period_gives_one_event_and_with_evict_on
         clock.now += 60
         agent.tick()
     assert len(events(cluster, "GpusliceShareOverrun")) == 1 and len(cluster.evictions) == 1
+
+
+def test_a_pod_that_takes_long_to_terminate_is_evicted_once(
+    tmp_path: Path, cluster: Cluster, gpus: FakeGpus, proc: FakeProc, clock: FakeClock
+) -> None:
+    agent = agent_of(tmp_path, gpus, cluster, clock, overrun={"graceSeconds": 60, "namespaces": {"batch": "evict"}})
+    key = overrun_pod(cluster, gpus, proc)
+    cluster.slow_termination = True  # the Eviction is accepted; the pod and its process stay a while
+    for _ in range(40):  # 400 s, the process still over its share
+        agent.tick()
+        clock.now += 10
+    assert len(cluster.evictions) == 1 and key in cluster.backend.pods()
+    assert len(events(cluster, "GpusliceShareOverrun")) == 1
 
 
 def test_report_only_is_the_default(
