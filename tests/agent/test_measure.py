@@ -304,8 +304,9 @@ def overrun_pod(cluster: Cluster, gpus: FakeGpus, proc: FakeProc, namespace: str
 
 
 def test_an_overrun_held_past_the_grace_period_gives_one_event_and_with_evict_one_eviction(
-    tmp_path: Path, cluster: Cluster, gpus: FakeGpus, proc: FakeProc, clock: FakeClock
+    tmp_path: Path, cluster: Cluster, gpus: FakeGpus, proc: FakeProc, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level("WARNING", logger="gpuslice.agent.guard")
     agent = agent_of(tmp_path, gpus, cluster, clock, overrun={"graceSeconds": 60, "namespaces": {"batch": "evict"}})
     key = overrun_pod(cluster, gpus, proc)
     for _ in range(6):  # 0 .. 50 s: inside the grace period
@@ -336,6 +337,10 @@ def test_an_overrun_held_past_the_grace_period_gives_one_event_and_with_evict_on
         clock.now += 60
         agent.tick()
     assert len(events(cluster, "GpusliceShareOverrun")) == 1 and len(cluster.evictions) == 1
+    # each action logged with the figures that caused it
+    logged = [r.getMessage() for r in caplog.records if r.name == "gpuslice.agent.guard"]
+    assert [m.split(":")[0] for m in logged] == ["overrun", "evicted batch/hog through the Eviction API"]
+    assert all("uses 6000 MiB on GPU 0" in m and "above its share of 4096 MiB" in m for m in logged)
 
 
 def test_a_pod_that_takes_long_to_terminate_is_evicted_once(
