@@ -32,7 +32,7 @@ def canonical(stray: list[StrayUse]) -> tuple[StrayUse, ...]:
     return tuple(sorted(stray, key=lambda s: (-s.memory_mib, s.index, s.pid)))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(pods, st.lists(strays, max_size=MAX_STRAY), st.integers(0, 50), st.sampled_from(["", "2026-01-01T00:00:00Z"]))
 def test_what_the_agent_writes_reads_back_the_same(
     by_pod: dict[str, tuple[MeasuredShare, ...]], stray: list[StrayUse], omitted: int, at: str
