@@ -1,4 +1,4 @@
-"""``gpuslice simulate`` and ``gpuslice bound``: the simulator face."""
+"""``gpuslice simulate``, ``gpuslice bound`` and ``gpuslice advise``: the simulator face."""
 
 from __future__ import annotations
 
@@ -88,3 +88,45 @@ def bound(
     from scheduler.sim import commands
 
     commands.bound_table(traces or [], nodes, seeds, inflate, shuffle, at, out)
+
+
+ADVISE_OUTPUTS = ("table", "json")
+
+
+@command("advise")
+def advise(
+    metrics: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="Recorded metrics: a Prometheus query_range (or query) response as JSON, or a snapshot of an "
+            "agent's /metrics; several files: the peak over all.",
+            show_default=False,
+        ),
+    ] = None,
+    cluster: Annotated[
+        Path | None,
+        typer.Option(help="A Kubernetes v1 List (kubectl get nodes,pods -A -o yaml): compute the GPUs freed."),
+    ] = None,
+    threshold_pct: Annotated[
+        float, typer.Option(help="Far below: a measured peak at most this percent of the share's memory.")
+    ] = 50.0,
+    headroom_pct: Annotated[float, typer.Option(help="The suggested share: the peak plus this percent.")] = 20.0,
+    granularity_mib: Annotated[int, typer.Option(help="... rounded up to a multiple of this many MiB.")] = 1024,
+    policy: Annotated[str, typer.Option(help="The packing policy for the freed GPUs (default: the extender's).")] = "",
+    output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+) -> None:
+    """Right-sizing: pods whose measured peak is far below their share, the share that would fit,
+    and how many GPUs the cluster would free if they were resized (docs/observability.md)."""
+    import json
+
+    from scheduler.core.errors import UsageError
+    from scheduler.sim import advise as advice
+
+    if output not in ADVISE_OUTPUTS:
+        raise UsageError(f"--output: {output!r}; accepted: {', '.join(ADVISE_OUTPUTS)}")
+    options = advice.Options(threshold_pct, headroom_pct, granularity_mib, policy or advice.DEFAULT_POLICY)
+    report = advice.advise(metrics or [], cluster, options)
+    if output == "json":
+        print(json.dumps(advice.as_json(report), indent=2))
+    else:
+        print("\n".join(advice.render(report)))

@@ -19,7 +19,7 @@ import networkx as nx
 
 from . import mig
 from .allocation import Allocation, DeviceShare, MigSlot
-from .capacity import DeviceUsage, Refusal, device_key, percent, refusal, unhealthy
+from .capacity import DeviceUsage, Refusal, device_key, percent, refusal, stray_refusal, unhealthy
 from .catalog import MigProfile
 from .inventory import Device, Node, SharingMode
 from .request import MILLI, Demand, GpuKind, GpuRequest
@@ -111,7 +111,8 @@ def _work_out(gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage) -
     memory, compute = gpu.share_on(device)
     if device.mode is SharingMode.EXCLUSIVE and memory <= device.memory_mib and compute <= MILLI:
         memory, compute = device.memory_mib, MILLI  # an exclusive GPU is given whole, whatever was asked
-    problem = refusal(node, device, usage, DeviceShare(device.uuid, device.index, device.mode, memory, compute))
+    share = DeviceShare(device.uuid, device.index, device.mode, memory, compute)
+    problem = refusal(node, device, usage, share) or stray_refusal(node, device, usage, share)
     return _Share(memory, compute) if problem is None else problem
 
 

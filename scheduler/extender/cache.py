@@ -59,6 +59,15 @@ class NodeView:
     problem: str = ""  # the InventoryError that makes the node unusable
     records: dict[str, str] = field(default_factory=dict)  # pod key -> record text, counted here
     errors: dict[str, RecordError] = field(default_factory=dict)
+    usage: str = ""  # the node agent's <prefix>usage annotation (for inspection only: never placement)
+
+
+def usage_text(obj: Mapping[str, Any], prefix: str) -> str:
+    """The node agent's usage annotation of a Node ("" if none)."""
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    text = annotations.get(prefix + "usage") if isinstance(annotations, Mapping) else None
+    return text if isinstance(text, str) else ""
 
 
 def _same(key: str, a: str, b: str) -> bool:
@@ -105,6 +114,7 @@ class ClusterCache:
             return
         if view is None:
             view = self.nodes[name] = NodeView()
+        view.usage = usage_text(obj, self.prefix)
         try:
             node = parse_node(obj, self.prefix, self._oversubscription)
         except InventoryError as exc:
@@ -270,6 +280,10 @@ class ClusterCache:
 
     def key_of_uid(self, uid: str) -> str | None:
         return self._uids.get(uid)
+
+    def usage(self, name: str) -> str:
+        view = self.nodes.get(name)
+        return view.usage if view is not None else ""
 
     def problem(self, name: str) -> str:
         view = self.nodes.get(name)

@@ -397,6 +397,7 @@ class Extender:
                     cache.problem(n),
                     errors.get(n),
                     [k for k, node in inflight.items() if node == n],
+                    cache.usage(n),
                 )
                 for n in names
             ]

@@ -48,6 +48,7 @@ AGENT_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("list", "", "pods"),
         ("watch", "", "pods"),
         ("create", "", "events"),
+        ("create", "", "pods/eviction"),  # the overrun guard, with overrun.action: evict only
     }
 )
 
@@ -287,6 +288,17 @@ class KubeApi:
     def bind_pod(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
         # _preload_content=False (in _raw): the client raises on a successful bind otherwise (DESIGN §6).
         self._json("create", "pods/binding", self._core.create_namespaced_pod_binding, name, namespace, dict(body))
+
+    def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """A ``policy/v1`` Eviction, so PodDisruptionBudgets hold (HTTP 429 while a budget
+        allows no disruption); only while the pod's UID is ``uid``."""
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}} if uid else {},
+        }
+        self._json("create", "pods/eviction", self._core.create_namespaced_pod_eviction, name, namespace, body)
 
     def get_node(self, name: str) -> Json:
         return self._json("get", "nodes", self._core.read_node, name)
