@@ -19,7 +19,7 @@ import numpy as np
 
 from scheduler import logs
 from scheduler.backend import Backend, PodRef
-from scheduler.core.allocation import Allocation, decode_record
+from scheduler.core.allocation import Allocation
 from scheduler.core.board import Status
 from scheduler.core.errors import RecordError, RequestError
 from scheduler.core.fit import fit
@@ -289,13 +289,12 @@ class Extender:
                     )
                 for k, text in sorted(held.items()):
                     with contextlib.suppress(RecordError):  # a hold that no longer fits loses to the records
-                        state = state.apply(k, decode_record(text, k))
+                        state = state.apply(k, cache.decode(text, k))
             placed = None
             if mine is not None and mine.node == args.node:  # the share held for it, if it is still free
                 with contextlib.suppress(RecordError):
-                    alloc = decode_record(mine.record, key)
-                    state.apply(key, alloc)
-                    placed = alloc
+                    state.apply(key, mine.allocation)
+                    placed = mine.allocation
             if placed is None:
                 found = evaluate(policy, request.demand, state)
                 if isinstance(found, str):
