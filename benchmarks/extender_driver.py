@@ -373,17 +373,35 @@ def noop_app() -> Any:
 # ---------------------------------------------------------------- reading answers cheaply
 
 
+class ServerClosed(RuntimeError):
+    """The server closed the connection."""
+
+
 class Connection:
     """One keep-alive HTTP/1.1 connection on a raw socket: kube-scheduler's Go client costs
     next to nothing, so the load generator must not either (http.client parses every
     response's headers with the email package)."""
 
     def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.port = port
+        self._connect()
+
+    def _connect(self) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", self.port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buffer = b""
 
     def post(self, path: bytes, body: bytes) -> bytes:
+        try:
+            return self._post(path, body)
+        except (ConnectionError, ServerClosed):
+            # The server closed a keep-alive connection left idle: a new one, and the request again
+            # (as Go's client does for a request whose connection was closed before any answer).
+            self.sock.close()
+            self._connect()
+            return self._post(path, body)
+
+    def _post(self, path: bytes, body: bytes) -> bytes:
         head = b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
         self.sock.sendall(head % (path, len(body)) + body)
         while (end := self.buffer.find(b"\r\n\r\n")) < 0:
@@ -403,7 +421,7 @@ class Connection:
     def _read(self) -> None:
         chunk = self.sock.recv(1 << 20)
         if not chunk:
-            raise RuntimeError("the server closed the connection")
+            raise ServerClosed("the server closed the connection")
         self.buffer += chunk
 
     def close(self) -> None:

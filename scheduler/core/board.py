@@ -127,7 +127,7 @@ class _Hosting:
         self.known = np.ones(1, dtype=bool)  # id 0: no device
         self.allowed = np.zeros(1, dtype=bool)
         self.hosts = np.zeros(1, dtype=bool)
-        self.refusals: list[Refusal | None] = [None]
+        self.refusals: dict[int, Refusal] = {}  # the device states asked about that refuse
 
     def grow(self, size: int) -> None:
         """Nothing to do: :meth:`Board._hosted` works out device states as they appear."""
@@ -178,10 +178,15 @@ class _Ids:
         return len(self.values)
 
 
+def _signature(kind: int, state: NodeState) -> Hashable:
+    """What a node's score can depend on (see Reads): nodes with equal signatures score alike."""
+    return (kind, state.usage, state.cpu_milli, state.memory_mib, len(state.pods))
+
+
 class Board:
-    _MAX_TABLES = 512
+    _MAX_TABLES = 256  # per kind of table; a score table is about 36 bytes per node
     _MAX_TEXTS = 100_000
-    _MAX_SIGNATURES = 1_000_000
+    _ID_SLACK = 4096  # ids past four per node (per GPU) and this many: numbered again
 
     def __init__(self, states: Iterable[NodeState] = (), order: Mapping[str, int] | None = None) -> None:
         self._order = dict(order or {})
@@ -345,13 +350,26 @@ class Board:
         self._room[i] = state.node.max_pods - len(state.pods)
         kind = self._kinds.of(state.node.kind)
         self._kind[i] = kind
-        if len(self._signatures) > self._MAX_SIGNATURES:  # ids are never reused: start the tables afresh
-            self._signatures = _Ids()
-            for table in self._scores.values():
-                table.by_signature.clear()
-        self._signature[i] = self._signatures.of(
-            (kind, state.usage, state.cpu_milli, state.memory_mib, len(state.pods))
-        )
+        self._signature[i] = self._signatures.of(_signature(kind, state))
+        slack = self._ID_SLACK
+        if len(self._signatures) > 4 * self._size + slack or len(self._dev_ids) > 4 * self._devs.size + slack:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Number the node signatures and device states again from those in use: states come
+        and go with every bind, and the tables of ids would otherwise grow for ever. What was
+        worked out per id goes with them."""
+        self._signatures = _Ids()
+        self._dev_ids = _Ids()
+        self._dev_ids.of(None)
+        self._dev_states = [None]
+        self._hosting.clear()
+        for table in self._scores.values():
+            table.by_signature.clear()
+        for i, state in enumerate(self._states):
+            if state is not None:
+                self._signature[i] = self._signatures.of(_signature(int(self._kind[i]), state))
+                self._set_devices(i, state)
 
     def _set_devices(self, i: int, state: NodeState) -> None:
         node = state.node
@@ -379,7 +397,6 @@ class Board:
             table.known = np.concatenate([table.known, np.zeros(extra, dtype=bool)])
             table.allowed = np.concatenate([table.allowed, np.zeros(extra, dtype=bool)])
             table.hosts = np.concatenate([table.hosts, np.zeros(extra, dtype=bool)])
-            table.refusals.extend([None] * extra)
         unknown = ~table.known[rows]
         if unknown.any():
             for device_id in set(rows[unknown].tolist()):
@@ -391,7 +408,8 @@ class Board:
                 refused = result if isinstance(result, Refusal) else None
                 table.allowed[device_id] = allowed
                 table.hosts[device_id] = allowed and refused is None
-                table.refusals[device_id] = refused
+                if refused is not None:
+                    table.refusals[device_id] = refused
                 table.known[device_id] = True
         return table
 
@@ -421,7 +439,7 @@ class Board:
             for device_id in unique[u, 1 : 1 + len(state.node.devices)].tolist():
                 if not table.allowed[device_id]:
                     continue
-                refused = table.refusals[device_id]
+                refused = table.refusals.get(device_id)
                 if refused is None:
                     options += 1
                 else:
@@ -500,7 +518,7 @@ class Board:
             at = work
         else:
             memo = table.by_signature
-            if len(memo) > 4 * self._size + 1024:
+            if len(memo) > self._size + 1024:
                 memo.clear()
             slots: dict[int, int] = {}  # signature -> its place in scored
             scored = []

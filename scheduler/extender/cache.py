@@ -72,6 +72,36 @@ def usage_text(obj: Mapping[str, Any], prefix: str) -> str:
     return text if isinstance(text, str) else ""
 
 
+def _slim(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What the extender reads of a pod (its identity, annotations, node, phase, and each
+    container's resources): at 50,000 pods the rest (images, environment, volumes, status
+    conditions, managed fields) was most of the service's memory."""
+    meta = obj.get("metadata")
+    spec = obj.get("spec")
+    status = obj.get("status")
+    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
+        return obj  # malformed: kept whole, so that parsing it says what is wrong
+    slim_spec: dict[str, Any] = {}
+    for field_name in ("nodeName", "schedulerName"):
+        if field_name in spec:
+            slim_spec[field_name] = spec[field_name]
+    for field_name in ("containers", "initContainers"):
+        listed = spec.get(field_name)
+        if isinstance(listed, list):
+            slim_spec[field_name] = [
+                {k: c[k] for k in ("name", "resources") if k in c} if isinstance(c, Mapping) else c for c in listed
+            ]
+        elif listed is not None:
+            slim_spec[field_name] = listed
+    out: dict[str, Any] = {
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "annotations") if k in meta},
+        "spec": slim_spec,
+    }
+    if isinstance(status, Mapping) and "phase" in status:
+        out["status"] = {"phase": status["phase"]}
+    return out
+
+
 class ClusterCache:
     def __init__(
         self, prefix: str, oversubscription: tuple[int, int] = (100, 100), clock: Callable[[], float] = time.monotonic
@@ -134,7 +164,7 @@ class ClusterCache:
             del self._uids[old.uid]
         want: tuple[str, str] | None = None
         if obj is not None:
-            pod = PodView(uid_of(obj), node_of(obj), holding_record(obj, self.prefix), obj)
+            pod = PodView(uid_of(obj), node_of(obj), holding_record(obj, self.prefix), _slim(obj))
             self.pods[key] = pod
             if pod.uid:
                 self._uids[pod.uid] = key
