@@ -30,7 +30,7 @@ from scheduler.core.select import evaluate
 from scheduler.core.state import rebuild
 
 from . import wire
-from .answers import Answers, Listing, tally
+from .answers import Answers, Listing, NameLists, tally
 from .cache import ClusterCache
 from .config import ServeConfig
 from .debug import DeviceRow, describe, device_rows
@@ -61,7 +61,7 @@ class Extender:
         self._seen: OrderedDict[str, None] = OrderedDict()  # pods the policies were told of
         self.metrics = Metrics(self._device_rows)
         self.answers = Answers()
-        self.names = wire.NameLists()  # NodeNames arrays met lately, for parse_args and the answers
+        self.names = NameLists()  # NodeNames arrays met lately, for parse_args and the answers
 
     def start(self) -> None:
         self.backend.start(self.cache.on_change)
