@@ -184,7 +184,7 @@ def _signature(kind: int, state: NodeState) -> Hashable:
 
 
 class Board:
-    _MAX_TABLES = 256  # per kind of table; a score table is about 36 bytes per node
+    _MAX_TABLES = 128  # per kind of table; a score table is about 36 bytes per node
     _MAX_TEXTS = 100_000
     _ID_SLACK = 4096  # ids past four per node (per GPU) and this many: numbered again
 
@@ -518,7 +518,7 @@ class Board:
             at = work
         else:
             memo = table.by_signature
-            if len(memo) > self._size + 1024:
+            if len(memo) > self._size // 2 + 256:
                 memo.clear()
             slots: dict[int, int] = {}  # signature -> its place in scored
             scored = []
