@@ -43,6 +43,7 @@ from .sweep import PlannedRun
 EXECUTORS_HELP = "local, local:N, dask-local:N or dask://HOST:PORT"
 PROGRESS_STEPS = 20  # progress messages per run (every 5%)
 WORKER_WAIT_SECONDS = 60.0
+LOCAL_HOST = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,11 @@ class DaskExecutor:
         if self.address is None:
             with (
                 distributed.LocalCluster(
-                    n_workers=self.local_workers, threads_per_worker=1, processes=True, dashboard_address=None
+                    n_workers=self.local_workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    host=LOCAL_HOST,
+                    dashboard_address=f"{LOCAL_HOST}:0",  # any free port: never a clash with another cluster's
                 ) as cluster,
                 distributed.Client(cluster) as client,
             ):
