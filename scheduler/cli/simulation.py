@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -93,6 +94,10 @@ def bound(
 EXIT_FAILED_MAX = 100  # the exit status of a sweep is the number of failed runs, up to this
 
 
+def _unwind(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 @command("sweep")
 def sweep(
     file: Annotated[Path, typer.Argument(help="The sweep description (YAML): inputs, policies, seeds, ...")],
@@ -118,6 +123,9 @@ def sweep(
     """
     from scheduler.sim import commands
 
+    # A stopped sweep (kill, a pod's termination) leaves its cluster and workers closed: SIGTERM
+    # unwinds like Ctrl-C, through the executor's clean-up. Stored runs are kept either way.
+    signal.signal(signal.SIGTERM, _unwind)
     failed = commands.sweep(file, data, out, reference, executor, quiet)
     if failed:
         raise typer.Exit(min(failed, EXIT_FAILED_MAX))

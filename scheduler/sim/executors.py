@@ -23,9 +23,11 @@ into a :class:`RunFailed`, and a worker that dies is recorded the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import queue as queue_module
+import time
 import traceback
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -70,6 +72,7 @@ class Executor(Protocol):
 
 def execute(run: PlannedRun, trace: Trace, progress: Callable[[int, int], None] | None = None) -> Outcome:
     """One run, its exception (if any) turned into a :class:`RunFailed`."""
+    cpu = time.process_time()
     try:
         result = simulate(
             trace,
@@ -84,7 +87,7 @@ def execute(run: PlannedRun, trace: Trace, progress: Callable[[int, int], None] 
     except Exception as exc:
         text = str(exc) if isinstance(exc, GpusliceError) else f"{type(exc).__name__}: {exc}"
         return RunFailed(text.splitlines()[0] if text else type(exc).__name__, traceback.format_exc(limit=8))
-    return RunRecord.of(result)
+    return dataclasses.replace(RunRecord.of(result), cpu_seconds=time.process_time() - cpu)
 
 
 def _throttled(send: Callable[[int, int], None]) -> Callable[[int, int], None]:
@@ -174,10 +177,14 @@ def _drain(updates: Any, events: Events, started: set[int]) -> None:
             index, done, total = updates.get_nowait()
         except queue_module.Empty:
             return
-        if index not in started:
-            started.add(index)
-            events.started(index)
-        events.progress(index, done, total)
+        _moved(events, started, index, done, total)
+
+
+def _moved(events: Events, started: set[int], index: int, done: int, total: int) -> None:
+    if index not in started:
+        started.add(index)
+        events.started(index)
+    events.progress(index, done, total)
 
 
 # ------------------------------------------------------------------ Dask distributed
@@ -228,7 +235,6 @@ class DaskExecutor:
             self._run(client, runs, traces, events)
 
     def _run(self, client: Any, runs: Sequence[PlannedRun], traces: Mapping[int, Trace], events: Events) -> None:
-        import distributed
 
         try:
             client.wait_for_workers(1, timeout=WORKER_WAIT_SECONDS)
@@ -237,36 +243,39 @@ class DaskExecutor:
                 f"--executor: the Dask scheduler has no worker after {WORKER_WAIT_SECONDS:.0f} s"
             ) from None
         topic = f"gpuslice-progress-{uuid.uuid4().hex[:8]}"
-        updates: queue_module.Queue[tuple[int, int, int]] = queue_module.Queue()
-        client.subscribe_topic(topic, lambda event: updates.put(tuple(event[1])))
+        # One queue for both kinds of news, filled by the client's threads (worker events and
+        # done callbacks), read here: no polling over thousands of futures.
+        news: queue_module.Queue[tuple[Any, ...]] = queue_module.Queue()
+        client.subscribe_topic(topic, lambda event: news.put(("moved", *event[1])))
         needed = sorted({run.input_index for run in runs})
         shipped = {i: client.scatter(traces[i], broadcast=True, hash=False) for i in needed}
-        index_of: dict[Any, int] = {}
+        pending: dict[int, Any] = {}
         for i, run in enumerate(runs):
             future = client.submit(
                 _dask_task, run, shipped[run.input_index], i, topic, key=f"gpuslice-run-{run.run_id}-{topic}"
             )
-            index_of[future] = i
-        pending = set(index_of)
+            future.add_done_callback(lambda f, i=i: news.put(("done", i, f)))
+            pending[i] = future
         started: set[int] = set()
         try:
             while pending:
                 try:
-                    done, pending = distributed.wait(pending, timeout=0.2, return_when="FIRST_COMPLETED")
-                except TimeoutError:
-                    done = set()
-                _drain(updates, events, started)
-                for future in done:
-                    index = index_of[future]
-                    try:
-                        outcome = future.result()
-                    except Exception as exc:  # the task could not run: its worker died, it was cancelled
-                        outcome = RunFailed(f"the Dask task failed: {type(exc).__name__}: {exc}")
-                    events.finished(index, outcome)
-                    future.release()
-            _drain(updates, events, started)
+                    item = news.get(timeout=1.0)
+                except queue_module.Empty:
+                    continue
+                if item[0] == "moved":
+                    _moved(events, started, *item[1:])
+                    continue
+                index, future = item[1], item[2]
+                try:
+                    outcome = future.result()
+                except Exception as exc:  # the task could not run: its worker died, it was cancelled
+                    outcome = RunFailed(f"the Dask task failed: {type(exc).__name__}: {exc}")
+                del pending[index]
+                future.release()
+                events.finished(index, outcome)
         finally:
             client.unsubscribe_topic(topic)
-            client.cancel(list(pending))
+            client.cancel(list(pending.values()))
             for future in shipped.values():
                 future.release()

@@ -106,6 +106,7 @@ class RunRecord:
     wall_seconds: float
     curves: Curves
     failed_by_kind: dict[str, int] = field(default_factory=dict)
+    cpu_seconds: float = math.nan  # the CPU time of the run's process during the run, when measured
 
     @classmethod
     def of(cls, result: RunResult, curve: Curves | None = None) -> RunRecord:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
 from collections.abc import Iterable
@@ -95,6 +96,7 @@ def run_entry(run: PlannedRun, sweep: Sweep, outcome: Outcome, worker: str = "")
         "placed_pods": outcome.placed,
         "failed_by_kind": dict(sorted(outcome.failed_by_kind.items())),
         "wall_seconds": outcome.wall_seconds,
+        "cpu_seconds": None if math.isnan(outcome.cpu_seconds) else outcome.cpu_seconds,
         "curves": {
             "arrived_pct": [int(v) for v in c.arrived_pct],
             "allocated_pct": [float(v) for v in c.allocated_pct],
@@ -126,6 +128,7 @@ def record_of(entry: dict[str, Any]) -> RunRecord:
         float(result["wall_seconds"]),
         curves,
         {str(k): int(v) for k, v in result["failed_by_kind"].items()},
+        math.nan if result.get("cpu_seconds") is None else float(result["cpu_seconds"]),
     )
 
 

@@ -53,6 +53,7 @@ def stored(out: Path) -> dict[str, dict[str, Any]]:
     for entry in entries.values():
         entry.pop("made_by")
         entry.get("result", {}).pop("wall_seconds", None)
+        entry.get("result", {}).pop("cpu_seconds", None)
         entry.pop("detail", None)
     return entries
 
