@@ -92,6 +92,7 @@ class Report:
         bounds: dict[tuple[str, int], float] | None = None,
     ) -> None:
         self.records = list(records)
+        self.preamble = ""  # a line on where the runs come from, for table.md
         self.reference = reference
         self.bounds = bounds or {}  # (trace, seed) -> upper bound on allocated GPU % at arrived = 100%
         self.curves: list[Curves] = [r.curves for r in self.records]
@@ -112,7 +113,8 @@ class Report:
         write_csv(out / CURVES_FILE, CURVE_COLUMNS, [row for r in self.records for row in curve_rows(r)])
         rows = self.table_rows()
         (out / TABLE_FILE).write_text(
-            "Unallocated GPU % at arrived = 100%, mean over seeds, ours / the paper's:\n\n"
+            (f"{self.preamble}\n\n" if self.preamble else "")
+            + "Unallocated GPU % at arrived = 100%, mean over seeds, ours / the paper's:\n\n"
             + pivot_table(rows)
             + "\nPer (trace, policy), mean ± sd over seeds:\n\n"
             + markdown_table(rows),

@@ -179,12 +179,20 @@ class Store:
                     path.unlink()
 
     def write_plan(self, sweep: Sweep, runs: Iterable[PlannedRun], reference: str | None) -> None:
+        """The plan of the sweep starting now; the sessions of earlier sweeps are kept."""
         plan = {
             "format": STORE_FORMAT,
             "name": sweep.name,
             "reference": reference,
             "runs": [run.run_id for run in runs],
+            "sessions": self.read_plan().get("sessions", []),
         }
+        write_atomic(self.root / PLAN_FILE, json.dumps(plan, indent=1) + "\n")
+
+    def add_session(self, session: dict[str, Any]) -> None:
+        """One sweep's account (when, where, how long, how many runs) added to the plan."""
+        plan = self.read_plan()
+        plan.setdefault("sessions", []).append(session)
         write_atomic(self.root / PLAN_FILE, json.dumps(plan, indent=1) + "\n")
 
     def read_plan(self) -> dict[str, Any]:
@@ -195,6 +203,10 @@ class Store:
             plan = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise StoreError(f"{PLAN_FILE}: cannot be read ({exc})") from None
-        if not isinstance(plan, dict) or not isinstance(plan.get("runs", []), list):
+        if (
+            not isinstance(plan, dict)
+            or not isinstance(plan.get("runs", []), list)
+            or not isinstance(plan.get("sessions", []), list)
+        ):
             raise StoreError(f"{PLAN_FILE}: is not a sweep plan")
         return plan

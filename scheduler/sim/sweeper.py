@@ -7,7 +7,9 @@ OUT`` remakes exactly what the sweep wrote.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +121,34 @@ def run_sweep(
             traces[index] = load_trace(item.path, item.nodes)
         except TraceError as exc:
             broken[index] = str(exc)
+    began, wall = datetime.now(UTC), time.perf_counter()
+    try:
+        _run_all(sweep, executor, store, todo, traces, broken, summary, console, show_progress)
+    finally:
+        store.add_session(
+            {
+                "started": began.isoformat(timespec="seconds"),
+                "executor": executor.name,
+                "seconds": round(time.perf_counter() - wall, 1),
+                "ran": summary.ran,
+                "failed": len(summary.failed),
+                "complete": summary.ran == len(todo),
+            }
+        )
+    return summary
+
+
+def _run_all(
+    sweep: Sweep,
+    executor: Executor,
+    store: Store,
+    todo: list[PlannedRun],
+    traces: dict[int, Trace],
+    broken: dict[int, str],
+    summary: SweepSummary,
+    console: Console,
+    show_progress: bool,
+) -> None:
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -136,7 +166,6 @@ def run_sweep(
             else:
                 runnable.append(index)
         executor.run([todo[i] for i in runnable], traces, _Reindexed(display, runnable))
-    return summary
 
 
 class _Reindexed:
@@ -189,4 +218,19 @@ def stored_report(out: Path, reference: Path | None = None) -> tuple[Report, lis
             notes.append(f"the sweep's reference {recorded} is gone: no paper column (give one with --reference)")
     records = [record_of(e) for e in ranked if e["status"] == OK]
     failed = [e for e in ranked if e["status"] != OK]
-    return Report(records, ref), failed, notes
+    made = Report(records, ref)
+    made.preamble = _account(plan_doc, records, len(failed))
+    return made, failed, notes
+
+
+def _account(plan_doc: dict[str, Any], records: list[RunRecord], failed: int) -> str:
+    """Where the runs come from: how many, in how many sweeps, how long."""
+    sessions = [s for s in plan_doc.get("sessions", []) if isinstance(s, dict)]
+    seconds = sum(float(s.get("seconds", 0)) for s in sessions)
+    own = sum(r.wall_seconds for r in records)
+    planned = len(plan_doc.get("runs", []))
+    return (
+        f"{len(records)} runs stored{f' of the {planned} planned' if planned else ''} ({failed} failed); "
+        f"{len(sessions)} sweep(s), {seconds / 3600:.2f} h of wall time in all; "
+        f"the runs' own time: {own / 3600:.2f} h"
+    )

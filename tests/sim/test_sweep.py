@@ -203,6 +203,8 @@ def test_renaming_a_label_relabels_the_stored_runs_without_running_them(tmp_path
     assert again.ran == 0
     report, _, _ = stored_report(out)
     assert {r.policy for r in report.records} == {"fgd", "bestfit", "uniform"}
+    assert [s["ran"] for s in Store(out).read_plan()["sessions"]] == [RUNS, 0]
+    assert report.preamble.startswith(f"{RUNS} runs stored of the {RUNS} planned (0 failed); 2 sweep(s)")
 
 
 def test_local_sweeps_never_import_distributed(tmp_path: Path) -> None:
