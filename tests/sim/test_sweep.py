@@ -159,10 +159,13 @@ def test_a_malformed_trace_is_recorded_and_the_others_finish(tmp_path: Path) -> 
     assert "6 failed" in result.output
     with (out / "summary.csv").open() as handle:
         assert len(handle.readlines()) == 1 + RUNS  # the good runs, reported
-    # started again: the failed runs are tried again, nothing else; fixed, they succeed
-    (tmp_path / "openb_pod_list_bad.csv").write_text(f"{POD_HEADER}\n{rows}")
+    # started again: the failed runs are tried again, nothing else
     again = run_sweep(load_sweep(file, out=out), LocalExecutor(1), out, show_progress=False)
-    assert (again.stored_before, again.ran, again.failed) == (RUNS, 6, [])
+    assert (again.stored_before, again.ran, len(again.failed)) == (RUNS, 6, 6)
+    # the trace fixed is another input (another hash): its runs are new, and succeed
+    (tmp_path / "openb_pod_list_bad.csv").write_text(f"{POD_HEADER}\n{rows}")
+    fixed = run_sweep(load_sweep(file, out=out), LocalExecutor(1), out, show_progress=False)
+    assert (fixed.stored_before, fixed.ran, fixed.failed) == (RUNS, 6, [])
 
 
 def test_a_run_that_raises_is_recorded_with_its_error(tmp_path: Path) -> None:
