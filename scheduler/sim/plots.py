@@ -74,7 +74,7 @@ def plot_traces(report: Report, out: Path) -> list[Path]:
 
 def plot_overview(rows: Sequence[Mapping[str, object]], out: Path) -> Path:
     """``unallocated_by_trace.png``: per trace a group of bars, one per policy (mean over seeds,
-    whisker ± sd), the paper's mean as a black tick on the bar where it is known."""
+    grey whisker ± sd), the paper's mean as a black bar across it where it is known."""
     plt = _pyplot()
     by = {(str(r["trace"]), str(r["policy"])): r for r in rows}
     traces = sorted({t for t, _ in by}, key=lambda t: (t != "default", t))
@@ -91,7 +91,15 @@ def plot_overview(rows: Sequence[Mapping[str, object]], out: Path) -> Path:
             sds.append(_number(row.get("unallocated_sd")))
             papers.append(_number(row.get("paper")))
         at = xs - 0.4 + width * (n + 0.5)
-        ax.bar(at, means, width, yerr=np.nan_to_num(sds), color=f"C{n % 10}", label=policy, capsize=1.5)
+        ax.bar(
+            at,
+            means,
+            width,
+            yerr=np.nan_to_num(sds),
+            color=f"C{n % 10}",
+            label=policy,
+            error_kw={"ecolor": "0.45", "elinewidth": 0.8},
+        )
         known = [i for i, v in enumerate(papers) if not math.isnan(v)]
         if known:
             ax.scatter(
@@ -99,7 +107,8 @@ def plot_overview(rows: Sequence[Mapping[str, object]], out: Path) -> Path:
                 [papers[i] for i in known],
                 marker="_",
                 color="black",
-                s=60,
+                s=max(40.0, 900 * width),
+                linewidths=2,
                 zorder=3,
                 label=None if paper_labelled else "paper",
             )
