@@ -61,6 +61,7 @@ class _Display:
         self.summary = summary
         self.keep = len(runs) <= KEEP_BARS
         self.tasks: dict[int, TaskID] = {}
+        self.totals: dict[int, int] = {}  # events per run, as its progress said
         self.overall = bars.add_task(f"{sweep.name}: runs", total=len(runs))
 
     def started(self, index: int) -> None:
@@ -69,6 +70,7 @@ class _Display:
 
     def progress(self, index: int, done: int, total: int) -> None:
         self.started(index)
+        self.totals[index] = total
         self.bars.update(self.tasks[index], completed=done, total=total)
 
     def finished(self, index: int, outcome: Outcome) -> None:
@@ -82,7 +84,7 @@ class _Display:
             self.summary.failed.append(f"{run.label}: {outcome.error}")
             self.bars.console.print(f"failed: {run.label}: {outcome.error}")
         if self.keep and isinstance(outcome, RunRecord):
-            events = len(outcome.curves.arrived_pct)
+            events = self.totals.get(index, outcome.placed + outcome.failed)
             self.bars.update(task, completed=events, total=events)
         else:
             self.bars.remove_task(task)
