@@ -149,6 +149,10 @@ def plan(sweep: Sweep, hashes: list[str]) -> list[PlannedRun]:
     """Every run of ``sweep`` in the description's order (input, policy, seed, inflate, replay);
     ``hashes`` are the inputs' content hashes, in order. A trace is named by its file (an openb
     pod list without its ``openb_pod_list_`` prefix), known before the file is read."""
+    for n, digest in enumerate(hashes):
+        if digest in hashes[:n]:
+            first = hashes.index(digest)
+            raise SweepError(f"{sweep.source.name}: inputs[{n}]: the same content as inputs[{first}] (list it once)")
     runs = []
     for index, (item, digest) in enumerate(zip(sweep.inputs, hashes, strict=True)):
         for policy in sweep.policies:

@@ -96,6 +96,7 @@ def run_sweep(
     """Every run of ``sweep`` that ``out`` does not hold yet, on ``executor``, each outcome stored
     as it comes (make the report with :func:`stored_report`)."""
     console = console or Console(stderr=True)
+    began, wall = datetime.now(UTC), time.perf_counter()
     _check_reference(sweep)
     planned = plan(sweep, input_hashes(sweep))
     store = Store(out)
@@ -123,7 +124,6 @@ def run_sweep(
             traces[index] = load_trace(item.path, item.nodes)
         except TraceError as exc:
             broken[index] = str(exc)
-    began, wall = datetime.now(UTC), time.perf_counter()
     try:
         _run_all(sweep, executor, store, todo, traces, broken, summary, console, show_progress)
     finally:

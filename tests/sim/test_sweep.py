@@ -257,6 +257,14 @@ def test_a_bad_sweep_file_gets_one_line(tmp_path: Path, text: str, message: str)
     assert "Traceback" not in result.output
 
 
+def test_the_same_trace_twice_is_refused(tmp_path: Path) -> None:
+    file = sweep_folder(tmp_path, SWEEP.replace("  - two.yaml\n", "  - two.yaml\n  - copy.yaml\n"))
+    (tmp_path / "copy.yaml").write_text(TWO_GPUS)
+    result = runner.invoke(app, ["sweep", str(file), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert "inputs[1]: the same content as inputs[0] (list it once)" in result.output
+
+
 def test_a_missing_input_names_the_data_folder(tmp_path: Path) -> None:
     file = sweep_folder(tmp_path, SWEEP)
     result = runner.invoke(app, ["sweep", str(file), "--data", str(tmp_path / "elsewhere"), "--out", str(tmp_path)])
