@@ -51,6 +51,7 @@ from .sweep import PlannedRun
 EXECUTORS_HELP = "local, local:N, dask-local:N or dask://HOST:PORT"
 PROGRESS_STEPS = 20  # progress messages per run (every 5%)
 WORKER_WAIT_SECONDS = 60.0
+CONNECT_SECONDS = 20.0
 LOCAL_HOST = "127.0.0.1"
 
 
@@ -234,7 +235,7 @@ class DaskExecutor:
                 self._run(client, runs, traces, events)
             return
         try:
-            client = distributed.Client(self.address, timeout=WORKER_WAIT_SECONDS)
+            client = distributed.Client(self.address, timeout=CONNECT_SECONDS)
         except OSError as exc:
             raise UsageError(f"--executor: no Dask scheduler answers at {self.address}: {exc}") from None
         with client:

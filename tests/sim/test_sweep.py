@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from scheduler.cli import app
 from scheduler.core.errors import UsageError
+from scheduler.sim import executors
 from scheduler.sim.executors import DaskExecutor, LocalExecutor, parse_executor
 from scheduler.sim.store import RUNS_DIR, Store, StoreError, write_atomic
 from scheduler.sim.sweep import load_sweep, plan
@@ -86,6 +87,24 @@ def test_a_sweep_on_dask_gives_exactly_the_local_results(tmp_path: Path, dask_cl
     assert hosts  # recorded by the client
     assert {e["run"]["label"] for e in a.values()} == {"fgd", "bestfit", "rnd"}
     assert all(e["status"] == "ok" for e in a.values())
+
+
+def test_a_sweep_reaches_a_scheduler_by_its_address(tmp_path: Path, dask_client: Any) -> None:
+    file = sweep_folder(tmp_path)
+    address = dask_client.scheduler.address.removeprefix("tcp://")
+    executor = parse_executor(f"dask://{address}")
+    assert isinstance(executor, DaskExecutor) and executor.address == f"tcp://{address}"
+    summary = run_sweep(load_sweep(file), executor, tmp_path / "remote", show_progress=False)
+    assert (summary.ran, summary.failed) == (RUNS, [])
+    run_sweep(load_sweep(file), LocalExecutor(1), tmp_path / "local", show_progress=False)
+    assert stored(tmp_path / "remote") == stored(tmp_path / "local")
+
+
+def test_no_scheduler_at_the_address_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(executors, "CONNECT_SECONDS", 0.5)
+    file = sweep_folder(tmp_path)
+    with pytest.raises(UsageError, match=r"--executor: no Dask scheduler answers at tcp://127.0.0.1:9"):
+        run_sweep(load_sweep(file), parse_executor("dask://127.0.0.1:9"), tmp_path / "o", show_progress=False)
 
 
 def test_each_trace_is_scattered_once_and_taken_by_reference(tmp_path: Path, dask_client: Any) -> None:
