@@ -32,7 +32,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from scheduler.sim.executors import DaskExecutor, LocalExecutor
+from scheduler.sim.executors import DaskExecutor, LocalExecutor, local_cluster
 from scheduler.sim.load import EMBEDDED
 from scheduler.sim.store import Store
 from scheduler.sim.sweep import parse_sweep
@@ -75,16 +75,7 @@ def measure(kind: str, doc: dict[str, object], base: Path, out: Path, workers: i
     else:
         import distributed
 
-        with (
-            distributed.LocalCluster(
-                n_workers=workers,
-                threads_per_worker=1,
-                processes=True,
-                host="127.0.0.1",
-                dashboard_address="127.0.0.1:0",
-            ) as cluster,
-            distributed.Client(cluster) as client,
-        ):
+        with local_cluster(workers) as cluster, distributed.Client(cluster) as client:
             client.wait_for_workers(workers)
             pids = list(client.run(os.getpid).values())
             startup = time.perf_counter() - started

@@ -78,8 +78,9 @@ class Executor(Protocol):
 
 
 def execute(run: PlannedRun, trace: Trace, progress: Callable[[int, int], None] | None = None) -> Outcome:
-    """One run, its exception (if any) turned into a :class:`RunFailed`."""
-    cpu = time.process_time()
+    """One run, its exception (if any) turned into a :class:`RunFailed`; its CPU time is that of
+    the thread that ran it (a worker's own threads are not the run's)."""
+    cpu = time.thread_time()
     try:
         result = simulate(
             trace,
@@ -94,7 +95,7 @@ def execute(run: PlannedRun, trace: Trace, progress: Callable[[int, int], None] 
     except Exception as exc:
         text = str(exc) if isinstance(exc, GpusliceError) else f"{type(exc).__name__}: {exc}"
         return RunFailed(text.splitlines()[0] if text else type(exc).__name__, traceback.format_exc(limit=8))
-    return dataclasses.replace(RunRecord.of(result), cpu_seconds=time.process_time() - cpu)
+    return dataclasses.replace(RunRecord.of(result), cpu_seconds=time.thread_time() - cpu)
 
 
 def _throttled(send: Callable[[int, int], None]) -> Callable[[int, int], None]:
@@ -204,6 +205,28 @@ def _dask_task(run: PlannedRun, trace: Trace, index: int, topic: str) -> Outcome
     return execute(run, trace, _throttled(lambda done, total: worker.log_event(topic, [index, done, total])))
 
 
+# Worker settings for runs that are one long pure-Python call: no statistical profiler (it
+# samples the running thread's stack every 10 ms, for a dashboard no sweep looks at). Remote
+# workers take the same from their environment: DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False.
+WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
+
+
+def local_cluster(workers: int) -> Any:
+    """A Dask LocalCluster for sweeps: ``workers`` single-thread processes on 127.0.0.1, no
+    profiler, the dashboard on any free port (never a clash with another cluster's)."""
+    import dask
+    import distributed
+
+    with dask.config.set(WORKER_CONFIG):  # the nannies hand the config to their workers
+        return distributed.LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            host=LOCAL_HOST,
+            dashboard_address=f"{LOCAL_HOST}:0",
+        )
+
+
 class DaskExecutor:
     """The runs as tasks of a Dask cluster: at ``address``, or a local one of ``local_workers``."""
 
@@ -222,16 +245,7 @@ class DaskExecutor:
         import distributed
 
         if self.address is None:
-            with (
-                distributed.LocalCluster(
-                    n_workers=self.local_workers,
-                    threads_per_worker=1,
-                    processes=True,
-                    host=LOCAL_HOST,
-                    dashboard_address=f"{LOCAL_HOST}:0",  # any free port: never a clash with another cluster's
-                ) as cluster,
-                distributed.Client(cluster) as client,
-            ):
+            with local_cluster(self.local_workers or 1) as cluster, distributed.Client(cluster) as client:
                 self._run(client, runs, traces, events)
             return
         try:

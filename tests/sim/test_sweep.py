@@ -62,12 +62,10 @@ def stored(out: Path) -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def dask_client() -> Iterator[Any]:
     distributed = pytest.importorskip("distributed")
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0"
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
+    dask = pytest.importorskip("dask")
+    with executors.local_cluster(2) as cluster, distributed.Client(cluster) as client:
+        profiling = client.run(dask.config.get, "distributed.worker.profile.enabled")
+        assert set(profiling.values()) == {False} and len(profiling) == 2
         yield client
 
 
