@@ -45,7 +45,8 @@ def main() -> int:
         f"({len(pairs)} (trace, policy) pairs): {len(both) - len(differ)} identical, {len(differ)} differ"
     )
     for key in differ:
-        print("differs:", key, {f: (grid[key][f], recorded[key][f]) for f in FIGURES if grid[key][f] != recorded[key][f]})
+        changed = {f: (grid[key][f], recorded[key][f]) for f in FIGURES if grid[key][f] != recorded[key][f]}
+        print("differs:", key, changed)
     return 1 if differ else 0
 
 
