@@ -40,8 +40,8 @@ from typing import Any
 
 import yaml
 
-from scheduler.core.errors import GpusliceError
-from scheduler.core.policies import REGISTRY
+from scheduler.core.errors import ConfigError, GpusliceError
+from scheduler.core.policies import REGISTRY, make_policy
 
 from .model import REPLAY_MODES
 from .openb import default_node_list
@@ -274,6 +274,10 @@ def _policies(value: object, fail: Any) -> tuple[PolicyChoice, ...]:
             json.dumps(options, allow_nan=False)
         except (TypeError, ValueError):
             raise fail(f"{where}.options", "holds a value JSON cannot carry (accepted: numbers, text, lists)") from None
+        try:  # misspelt or mistyped options stop the sweep before any run
+            make_policy(name, options)
+        except ConfigError as exc:
+            raise fail(f"{where}.options", str(exc)) from None
         label = item.get("label", name)
         if not isinstance(label, str) or not label.strip():
             raise fail(f"{where}.label", f"{label!r} (accepted: a non-empty string)")

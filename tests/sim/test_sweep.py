@@ -20,7 +20,7 @@ from scheduler.core.errors import UsageError
 from scheduler.sim import executors
 from scheduler.sim.executors import DaskExecutor, LocalExecutor, parse_executor
 from scheduler.sim.store import RUNS_DIR, Store, StoreError, write_atomic
-from scheduler.sim.sweep import load_sweep, plan
+from scheduler.sim.sweep import SweepError, load_sweep, plan
 from scheduler.sim.sweeper import input_hashes, run_sweep, stored_report
 from tests.sim.helpers import OPENB_PODS, POD_HEADER, TWO_GPUS, openb_files
 
@@ -185,14 +185,30 @@ def test_a_malformed_trace_is_recorded_and_the_others_finish(tmp_path: Path) -> 
     assert (fixed.stored_before, fixed.ran, fixed.failed) == (RUNS, 6, [])
 
 
-def test_a_run_that_raises_is_recorded_with_its_error(tmp_path: Path) -> None:
+def test_a_misspelt_policy_option_stops_the_sweep_before_any_run(tmp_path: Path) -> None:
     text = SWEEP.replace("[fgd, bestfit, {name: random, label: rnd}]", "[{name: fgd, options: {x: 1}}]")
     file = sweep_folder(tmp_path, text)
+    with pytest.raises(SweepError) as caught:
+        load_sweep(file)
+    assert "policies[0].options" in str(caught.value) and "unknown option 'x'; accepted: workload" in str(caught.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_that_raises_is_recorded_with_its_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = executors.simulate
+
+    def simulate(trace: Any, policy: str, *args: Any, **kwargs: Any) -> Any:
+        if policy == "bestfit":
+            raise TypeError("bestfit broke")
+        return real(trace, policy, *args, **kwargs)
+
+    monkeypatch.setattr(executors, "simulate", simulate)
+    file = sweep_folder(tmp_path)
     summary = run_sweep(load_sweep(file), LocalExecutor(1), tmp_path / "out", show_progress=False)
-    assert summary.ran == 4 and len(summary.failed) == 4
-    entry = next(iter(Store(tmp_path / "out").entries().values()))
-    assert entry["error"].startswith("TypeError: ") and "x" in entry["error"]
-    assert "Traceback" in entry["detail"]
+    entries = Store(tmp_path / "out").entries().values()
+    failed = [e for e in entries if "error" in e]
+    assert len(failed) == len(summary.failed) == summary.ran // 3 > 0
+    assert all(e["error"] == "TypeError: bestfit broke" and "Traceback" in e["detail"] for e in failed)
 
 
 def test_report_remakes_the_tables_from_the_store_alone(tmp_path: Path) -> None:
