@@ -7,8 +7,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from scheduler.core import CATALOG, Device, MigInstance, Node, NodeState, SharingMode, make_policy, parse_pod
+from scheduler.core.catalog import CATALOG
+from scheduler.core.inventory import Device, MigInstance, Node, SharingMode
+from scheduler.core.policies import make_policy
+from scheduler.core.request import parse_pod
 from scheduler.core.select import Scoreboard
+from scheduler.core.state import NodeState
 
 
 def demo_cluster() -> list[Node]:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core import Allocation, Demand, DeviceShare, GpuKind, GpuRequest, NodeState, RecordError, fit
+from scheduler.core.allocation import Allocation, DeviceShare
 from scheduler.core.capacity import free_milli
+from scheduler.core.errors import RecordError
+from scheduler.core.fit import fit
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.state import NodeState
 from tests.builders import make_state
 
 

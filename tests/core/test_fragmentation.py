@@ -7,9 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.core import CATALOG, Demand, Fragmentation, GpuKind, GpuRequest, NodeState, TypicalWorkload, fit
-from scheduler.core.catalog import ProfileSpec, canonical_model_name, lookup_model
+from scheduler.core.catalog import CATALOG, ProfileSpec, canonical_model_name, lookup_model
+from scheduler.core.fit import fit
+from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
 from scheduler.core.inventory import Device, Node, SharingMode
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.state import NodeState
 from tests.builders import make_state
 
 OPENB = Path(__file__).resolve().parents[3] / "shared" / "data" / "openb"

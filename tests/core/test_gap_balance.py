@@ -7,10 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.core import Demand, GpuKind, GpuRequest, NodeState, TypicalWorkload, fit, rank
 from scheduler.core.capacity import GAP_LEVELS, gap_levels
+from scheduler.core.fit import fit
+from scheduler.core.fragmentation import TypicalWorkload
 from scheduler.core.policies.fgdcpu import FgdCpu
-from scheduler.core.select import Scoreboard
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.select import Scoreboard, rank
+from scheduler.core.state import NodeState
 from tests.builders import make_state
 
 WHOLE = Demand(0, 0, GpuRequest(GpuKind.WHOLE, 1))

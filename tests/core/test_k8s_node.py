@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.core import InventoryError, SharingMode
+from scheduler.core.errors import InventoryError
+from scheduler.core.inventory import SharingMode
 from scheduler.core.k8s import parse_node
 
 

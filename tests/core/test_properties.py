@@ -5,29 +5,16 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.core import (
-    CATALOG,
-    Allocation,
-    Demand,
-    DeviceShare,
-    GpuKind,
-    GpuRequest,
-    Node,
-    NodeState,
-    RecordError,
-    SharingMode,
-    decode_record,
-    encode_record,
-    fit,
-    make_policy,
-    rebuild,
-)
-from scheduler.core.allocation import MigSlot
-from scheduler.core.catalog import ProfileSpec
-from scheduler.core.inventory import MigInstance
+from scheduler.core.allocation import Allocation, DeviceShare, MigSlot, decode_record, encode_record
+from scheduler.core.catalog import CATALOG, ProfileSpec
+from scheduler.core.errors import RecordError
+from scheduler.core.fit import fit
+from scheduler.core.inventory import MigInstance, Node, SharingMode
 from scheduler.core.mig import best_start, slot_of
-from scheduler.core.policies import REGISTRY
+from scheduler.core.policies import REGISTRY, make_policy
+from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.select import evaluate
+from scheduler.core.state import NodeState, rebuild
 from tests.builders import make_device
 
 MODELS = ["A100-80GB", "A100-40GB", "A30", "H100-80GB", "H200-141GB", "L4", "T4"]

@@ -12,10 +12,13 @@ from typing import Any
 
 import pytest
 
-from scheduler.core import NodeState, SharingMode, make_policy, parse_pod
 from scheduler.core.allocation import Allocation
+from scheduler.core.inventory import SharingMode
 from scheduler.core.k8s import parse_node
+from scheduler.core.policies import make_policy
+from scheduler.core.request import parse_pod
 from scheduler.core.select import Placement, evaluate
+from scheduler.core.state import NodeState
 from scheduler.webhook import WebhookConfig, mutate
 from tests.deploy.manifests import MANIFESTS, documents, find
 from tests.deploy.reviews import patched, review

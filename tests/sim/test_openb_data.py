@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.core import NodeState, TypicalWorkload
-from scheduler.core.fragmentation import Fragmentation
+from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
+from scheduler.core.state import NodeState
 from scheduler.sim.model import Trace, request_milli
 from scheduler.sim.openb import read_trace
 from scheduler.sim.protocol import arrival_events

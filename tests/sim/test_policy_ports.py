@@ -10,10 +10,13 @@ import random
 
 import pytest
 
-from scheduler.core import Demand, GpuKind, GpuRequest, NodeState, TypicalWorkload, evaluate, fit, make_policy
-from scheduler.core.fragmentation import Fragmentation
+from scheduler.core.fit import fit
+from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
+from scheduler.core.policies import make_policy
 from scheduler.core.policies.fgd import sigmoid_score
-from scheduler.core.select import Scoreboard
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.select import Scoreboard, evaluate
+from scheduler.core.state import NodeState
 from tests.builders import make_state
 
 
@@ -189,7 +192,7 @@ def test_random_fast_path_draws_uniformly_among_feasible_nodes() -> None:
 
 def test_random_plain_path_has_the_same_support() -> None:
     """rank() (the per-node scores, used by the extender) picks from the same feasible set."""
-    from scheduler.core import best
+    from scheduler.core.select import best
 
     demand = share(700, cpu=1000)
     policy = make_policy("random", seed=3)
@@ -215,7 +218,7 @@ def test_scoreboard_feasibility_and_scores_equal_plain_fit_and_evaluate() -> Non
     """Random clusters and pods, applied and released at random: the Scoreboard's vectorised
     feasibility equals ``bool(fit(...))`` node by node, and its score tables (which skip the
     nodes found infeasible) equal ``evaluate`` on every node, for every policy."""
-    from scheduler.core import REGISTRY
+    from scheduler.core.policies import REGISTRY
 
     rng = random.Random(11)
     models = ("V100-16GB", "T4", "A100-80GB")
