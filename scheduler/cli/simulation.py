@@ -1,4 +1,9 @@
-"""``gpuslice simulate`` and ``gpuslice bound``: the simulator face."""
+"""``gpuslice simulate`` and ``gpuslice bound``: the simulator face.
+
+Numbers and folders arrive as text and are checked here (:mod:`._options`) before any
+input is read or any run starts; the face checks what only it knows (policy names, the
+form of ``--seeds``, replay modes).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,10 @@ from typing import Annotated
 
 import typer
 
+from scheduler.core.errors import UsageError
+from scheduler.sim.limits import MAX_INFLATE
+
+from . import _options as opt
 from ._app import command
 
 TRACE_HELP = (
@@ -15,6 +24,15 @@ TRACE_HELP = (
 )
 SEEDS_HELP = "Seeds: 42, 42,43 or 42-51."
 DEFAULT_SEEDS = "42"
+INFLATE_ACCEPTED = f"0 (as given) or a ratio up to {MAX_INFLATE:g}, such as 1.3"
+
+
+def inflate_option(text: str | None) -> float | None:
+    return None if text is None else opt.ratio("--inflate", text, 0.0, MAX_INFLATE, INFLATE_ACCEPTED)
+
+
+def out_option(path: Path | None) -> Path | None:
+    return None if path is None else opt.writable_folder("--out", path)
 
 
 @command("simulate")
@@ -29,10 +47,11 @@ def simulate(
     ] = None,
     seeds: Annotated[str, typer.Option(help=SEEDS_HELP)] = DEFAULT_SEEDS,
     inflate: Annotated[
-        float | None,
+        str | None,
         typer.Option(
+            metavar="RATIO",
             help="Arrivals: grow the workload to this x GPU capacity "
-            "(default: the input's own, 1.3 for openb; 0: as given)."
+            f"(default: the input's own, 1.3 for openb; 0: as given; at most {MAX_INFLATE:g}).",
         ),
     ] = None,
     replay: Annotated[
@@ -48,7 +67,7 @@ def simulate(
             "--shuffle/--no-shuffle", help="Arrivals: seeded shuffle (default: the input's own).", show_default=False
         ),
     ] = None,
-    workers: Annotated[int | None, typer.Option(help="Processes (default: all cores).")] = None,
+    workers: Annotated[str | None, typer.Option(metavar="N", help="Processes (default: all cores).")] = None,
     out: Annotated[Path | None, typer.Option(help="Write summary.csv, curves.csv and PNG plots here.")] = None,
     reference: Annotated[
         Path | None, typer.Option(help="The paper's curves (fgd_expected_results) to compare and overlay.")
@@ -60,10 +79,15 @@ def simulate(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
     """Replay traces or scenarios through the packing core and compare policies."""
+    ratio = inflate_option(inflate)
+    processes = None if workers is None else opt.whole("--workers", workers, 1, 4096, "1 or more")
+    if with_bound and replay is not None and replay.strip().lower() == "timed":
+        raise UsageError("--bound with --replay timed: the LP bound covers arrivals only; drop one of them")
+    folder = out_option(out)
     from scheduler.sim import commands
 
     commands.simulate(
-        traces or [], nodes, policy, seeds, inflate, replay, shuffle, workers, out, reference, with_bound, quiet
+        traces or [], nodes, policy, seeds, ratio, replay, shuffle, processes, folder, reference, with_bound, quiet
     )
 
 
@@ -72,11 +96,13 @@ def bound(
     traces: Annotated[list[Path] | None, typer.Argument(help=TRACE_HELP, show_default=False)] = None,
     nodes: Annotated[Path | None, typer.Option(help="openb node list.")] = None,
     seeds: Annotated[str, typer.Option(help=SEEDS_HELP)] = DEFAULT_SEEDS,
-    inflate: Annotated[float | None, typer.Option(help="As for simulate.")] = None,
+    inflate: Annotated[str | None, typer.Option(metavar="RATIO", help="As for simulate.")] = None,
     shuffle: Annotated[
         bool | None, typer.Option("--shuffle/--no-shuffle", help="As for simulate.", show_default=False)
     ] = None,
-    at: Annotated[int, typer.Option(help="Cut the arrivals at this arrived GPU % (the headline is 100).")] = 100,
+    at: Annotated[
+        str, typer.Option(metavar="PCT", help="Cut the arrivals at this arrived GPU % (the headline is 100).")
+    ] = "100",
     out: Annotated[Path | None, typer.Option(help="Write bound.csv here.")] = None,
 ) -> None:
     """Upper bound on the GPU any placement could allocate to the same arrivals.
@@ -85,6 +111,10 @@ def bound(
     (pod shape, node class) with per-node CPU/memory/pod constraints, shared GPUs as mixes of
     per-GPU share patterns, exclusive and MIG GPUs by their slots, solved with HiGHS.
     """
+    ratio = inflate_option(inflate)
+    top = int(MAX_INFLATE * 100)
+    cut = opt.whole("--at", at, 1, top, f"a whole percent from 1 to {top} (arrivals reach 100 x the inflation)")
+    folder = out_option(out)
     from scheduler.sim import commands
 
-    commands.bound_table(traces or [], nodes, seeds, inflate, shuffle, at, out)
+    commands.bound_table(traces or [], nodes, seeds, ratio, shuffle, cut, folder)

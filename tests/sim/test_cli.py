@@ -117,7 +117,7 @@ def test_bound_command(tmp_path: Path) -> None:
         (["simulate", "--seeds", "ten"], "--seeds 'ten': accepted: a seed (42), a list (42,43) or a range"),
         (["simulate", "--replay", "backwards"], "--replay 'backwards': accepted: arrivals, timed"),
         (["simulate", "missing.csv"], "missing.csv: does not exist"),
-        (["simulate", "--workers", "0"], "--workers 0: accepted: 1 or more"),
+        (["simulate", "--workers", "0"], "--workers '0': accepted: 1 or more"),
         (["bound", "--seeds", "5-1"], "--seeds '5-1'"),
     ],
 )
