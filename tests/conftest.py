@@ -1,0 +1,29 @@
+"""Fixtures every test package may use."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with ``ca.crt``, ``tls.crt`` and ``tls.key`` for gpuslice.gpuslice.svc, made by
+    the script the deployment docs give (manifests/tls/make-serving-cert.sh)."""
+    out = tmp_path_factory.mktemp("tls")
+    result = subprocess.run(
+        ["bash", str(REPO / "manifests/tls/make-serving-cert.sh"), "gpuslice", "gpuslice", "30"],
+        env={**os.environ, "OUT_DIR": str(out)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert {p.name for p in out.iterdir()} == {"ca.crt", "tls.crt", "tls.key"}
+    return out
