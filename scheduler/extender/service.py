@@ -29,6 +29,7 @@ from .cache import ClusterCache, with_oversubscription
 from .config import ServeConfig
 from .debug import DeviceRow, describe, device_rows
 from .metrics import Metrics
+from .problems import reporting_invalid_nodes
 
 log = logs.get("extender")
 
@@ -48,13 +49,16 @@ class Extender:
         self._policies: dict[str, Policy] = {self.policy.name: self.policy}
         self._parsed: OrderedDict[tuple[str, str], PodRequest | RequestError] = OrderedDict()
         self._recent: OrderedDict[str, PodRequest] = OrderedDict()  # uid -> request seen in filter
-        self.metrics = Metrics(self._device_rows)
+        self.metrics = Metrics(self._device_rows, self.cache.unusable)
         self._listings: dict[str, _Listing] = {}  # "filter", "prioritize" -> the last list each got
         self.names = wire.NameLists()  # NodeNames arrays met lately, for parse_args and the answers
         self._board_entries: tuple[int, np.ndarray] = (-1, np.empty((2, 0), dtype=object))
+        self.synced = False  # the first full sync is in (the verbs answer "not ready" before)
 
     def start(self) -> None:
-        self.backend.start(self.cache.on_change)
+        """The backend's first full sync (it returns once every node and pod is in), then its watch."""
+        self.backend.start(reporting_invalid_nodes(self.cache.on_change, self.cache.problem, self.backend))
+        self.synced = True
 
     def stop(self) -> None:
         self.backend.stop()

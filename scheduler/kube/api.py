@@ -33,6 +33,7 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("get", "", "pods"),
         ("patch", "", "pods"),
         ("create", "", "pods/binding"),
+        ("create", "", "events"),
         ("get", "", "configmaps"),
         ("list", "", "configmaps"),
         ("create", "", "configmaps"),
@@ -265,6 +266,9 @@ class KubeApi:
     def bind_pod(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
         # _preload_content=False (in _raw): the client raises on a successful bind otherwise (DESIGN §6).
         self._json("create", "pods/binding", self._core.create_namespaced_pod_binding, name, namespace, dict(body))
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> Json:
+        return self._json("create", "events", self._core.create_namespaced_event, namespace, dict(body))
 
     def get_configmap(self, namespace: str, name: str) -> Json:
         return self._json("get", "configmaps", self._core.read_namespaced_config_map, name, namespace)

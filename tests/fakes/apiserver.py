@@ -46,9 +46,9 @@ from urllib.parse import parse_qs, urlsplit
 
 Json = dict[str, Any]
 
-RESOURCES = ("nodes", "pods", "configmaps")
-LIST_KIND = {"nodes": "NodeList", "pods": "PodList", "configmaps": "ConfigMapList"}
-KIND = {"nodes": "Node", "pods": "Pod", "configmaps": "ConfigMap"}
+RESOURCES = ("nodes", "pods", "configmaps", "events")
+LIST_KIND = {"nodes": "NodeList", "pods": "PodList", "configmaps": "ConfigMapList", "events": "EventList"}
+KIND = {"nodes": "Node", "pods": "Pod", "configmaps": "ConfigMap", "events": "Event"}
 REASONS = {
     400: "BadRequest",
     404: "NotFound",
@@ -270,6 +270,11 @@ class FakeApiServer:
     def nodes(self) -> list[Json]:
         with self._lock:
             return [copy.deepcopy(n) for _, n in sorted(self._objects["nodes"].items())]
+
+    def events(self) -> list[Json]:
+        """The Events created, oldest first."""
+        with self._lock:
+            return [copy.deepcopy(e) for e in self._objects["events"].values()]
 
     @property
     def resource_version(self) -> int:
@@ -696,6 +701,14 @@ class _Handler(BaseHTTPRequestHandler):
                 if fake._key("pods", body) in fake._objects["pods"]:
                     raise ApiFailure(409, f'pods "{body["metadata"].get("name")}" already exists', "AlreadyExists")
                 result = fake._store("pods", body, "ADDED")
+        elif verb == "create" and resource == "events":
+            body = dict(body or {})
+            meta = body.setdefault("metadata", {})
+            meta["namespace"] = ns
+            if not meta.get("name"):
+                meta["name"] = str(meta.get("generateName") or "event.") + uuid.uuid4().hex[:8]
+            with fake._lock:
+                result = fake._store("events", body, "ADDED")
         elif verb == "update" and resource != "nodes":
             result = fake.update(resource, ns, name, body or {})
         elif verb == "patch" and resource == "pods":
