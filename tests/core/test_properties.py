@@ -88,7 +88,12 @@ def demands(draw: st.DrawFn) -> Demand:
     small = st.integers(1, 200)
     sharing = draw(
         st.sampled_from(
-            [frozenset(), frozenset({SharingMode.MPS}), frozenset({SharingMode.TIME_SLICING, SharingMode.MIG})]
+            [
+                frozenset(),
+                frozenset({SharingMode.MPS}),
+                frozenset({SharingMode.TIME_SLICING, SharingMode.MIG}),
+                frozenset({SharingMode.TIME_SLICING, SharingMode.EXCLUSIVE}),
+            ]
         )
     )
     if kind is GpuKind.NONE:
@@ -321,3 +326,26 @@ def test_crowded_devices_never_exceed_their_limits(case: tuple[Node, list[Demand
         elif state.pods and rnd.random() < 0.3:  # type: ignore[attr-defined]
             state = state.release(state.pods[rnd.randrange(len(state.pods))][0])  # type: ignore[attr-defined]
         assert_within_capacity(state)
+
+
+@SETTINGS
+@given(nodes(), st.lists(demands(), min_size=1, max_size=12), st.sampled_from(sorted(REGISTRY)))
+def test_part_of_a_gpu_takes_an_exclusive_gpu_only_when_the_pod_accepts_one(
+    node: Node, requests: list[Demand], policy_name: str
+) -> None:
+    # Given whole, an exclusive GPU would waste the rest of itself on part of a request: no
+    # policy may place part of a GPU there unless the pod's sharing lists exclusive.
+    policy = make_policy(policy_name)
+    state = NodeState.empty(node)
+    for k, demand in enumerate(requests):
+        placed = evaluate(policy, demand, state)
+        if isinstance(placed, str):
+            continue
+        gpu = demand.gpu
+        for share in placed.allocation.shares:
+            device = node.devices[share.index]
+            if device.mode is SharingMode.EXCLUSIVE and gpu.kind is GpuKind.SHARE:
+                memory, compute = gpu.share_on(device)
+                whole = (memory, compute) == (device.memory_mib, 1000)
+                assert whole or SharingMode.EXCLUSIVE in gpu.sharing, (demand, device)
+        state = state.apply(f"p{k}", placed.allocation)
