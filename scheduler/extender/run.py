@@ -44,6 +44,52 @@ class DemoPlan:
     exit_after: bool
 
 
+class Service:
+    """The service of :func:`serve`: its port is listening from construction on (a port in use
+    is a :class:`~scheduler.extender.server.ListenError` here), the backend syncs once
+    :meth:`run` starts."""
+
+    def __init__(
+        self,
+        config: ServeConfig,
+        backend: Backend,
+        source: str,
+        mounts: Sequence[Mount] = (),
+        demo: DemoPlan | None = None,
+    ) -> None:
+        self.server = Server(Extender(config, backend), mounts).listen()
+        self.source = source
+        self.demo = demo
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def run(self) -> int:
+        """Sync behind the open port and serve HTTP until :meth:`stop` (or a signal; or, with
+        ``demo.exit_after``, the demo's end); the exit status. :class:`SyncError` if the first
+        sync fails."""
+        server, backend = self.server, self.server.extender.backend
+        for target, args in (
+            (_sync, (server, self.source)),
+            (_freeze_when_synced, (backend,)),
+            (_announce, (server, self.demo)),
+        ):
+            threading.Thread(target=target, args=args, name=f"gpuslice-{target.__name__[1:]}", daemon=True).start()
+        try:
+            server.run()
+        finally:
+            server.extender.stop()
+        if server.sync_error is not None:
+            raise SyncError(f"first sync with {self.source} failed: {server.sync_error}") from server.sync_error
+        demo = self.demo
+        return 1 if demo is not None and demo.exit_after and server.demo_failed else 0
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return (from any thread)."""
+        self.server.stop_soon()
+
+
 def serve(
     config: ServeConfig,
     backend: Backend,
@@ -58,16 +104,7 @@ def serve(
     :class:`~scheduler.extender.server.ListenError` if the port cannot be had, and
     :class:`SyncError` if the first sync fails.
     """
-    server = Server(Extender(config, backend), mounts).listen()
-    for target, args in ((_sync, (server, source)), (_freeze_when_synced, (backend,)), (_announce, (server, demo))):
-        threading.Thread(target=target, args=args, name=f"gpuslice-{target.__name__[1:]}", daemon=True).start()
-    try:
-        server.run()
-    finally:
-        server.extender.stop()
-    if server.sync_error is not None:
-        raise SyncError(f"first sync with {source} failed: {server.sync_error}") from server.sync_error
-    return 1 if demo is not None and demo.exit_after and server.demo_failed else 0
+    return Service(config, backend, source, mounts, demo).run()
 
 
 def _sync(server: Server, source: str) -> None:
