@@ -42,13 +42,22 @@ def ratio(option: str, text: str, low: float, high: float, accepted: str) -> flo
 
 
 def readable_file(option: str, path: Path) -> Path:
-    """``path``, a file this process can read."""
+    """``path``, a file this process can read (``option``: the option, or "input" for an argument)."""
     if not path.exists():
         raise UsageError(f"{option} {str(path)!r}: no such file")
     if not path.is_file():
         raise UsageError(f"{option} {str(path)!r}: not a file")
     if not os.access(path, os.R_OK):
-        raise UsageError(f"{option} {str(path)!r}: not readable (permission denied)")
+        raise UsageError(f"{option} {str(path)!r}: cannot read it (permission denied)")
+    return path
+
+
+def readable_folder(option: str, path: Path) -> Path:
+    """``path``, a folder this process can read."""
+    if not path.is_dir():
+        raise UsageError(f"{option} {str(path)!r}: no such folder")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise UsageError(f"{option} {str(path)!r}: cannot read it (permission denied)")
     return path
 
 
@@ -91,4 +100,4 @@ def choice(option: str, text: str, accepted: tuple[str, ...]) -> str:
     return value
 
 
-__all__ = ["choice", "ratio", "readable_file", "service_url", "whole", "writable_folder"]
+__all__ = ["choice", "ratio", "readable_file", "readable_folder", "service_url", "whole", "writable_folder"]

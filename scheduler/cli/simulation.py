@@ -31,6 +31,14 @@ def inflate_option(text: str | None) -> float | None:
     return None if text is None else opt.ratio("--inflate", text, 0.0, MAX_INFLATE, INFLATE_ACCEPTED)
 
 
+def inputs(traces: list[Path] | None, nodes: Path | None) -> None:
+    """The input files, and ``--nodes``, exist and can be read."""
+    for path in traces or []:
+        opt.readable_file("input", path)
+    if nodes is not None:
+        opt.readable_file("--nodes", nodes)
+
+
 def out_option(path: Path | None) -> Path | None:
     return None if path is None else opt.writable_folder("--out", path)
 
@@ -83,6 +91,9 @@ def simulate(
     processes = None if workers is None else opt.whole("--workers", workers, 1, 4096, "1 or more")
     if with_bound and replay is not None and replay.strip().lower() == "timed":
         raise UsageError("--bound with --replay timed: the LP bound covers arrivals only; drop one of them")
+    inputs(traces, nodes)
+    if reference is not None:
+        opt.readable_folder("--reference", reference)
     folder = out_option(out)
     from scheduler.sim import commands
 
@@ -114,6 +125,7 @@ def bound(
     ratio = inflate_option(inflate)
     top = int(MAX_INFLATE * 100)
     cut = opt.whole("--at", at, 1, top, f"a whole percent from 1 to {top} (arrivals reach 100 x the inflation)")
+    inputs(traces, nodes)
     folder = out_option(out)
     from scheduler.sim import commands
 

@@ -217,7 +217,7 @@ class ServeConfig(BaseModel):
     @model_validator(mode="after")
     def _tls_pair(self) -> ServeConfig:
         if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("tls_cert and tls_key go together: give both or neither")
+            raise ValueError("tls_cert and tls_key (--tls-cert, --tls-key) go together: give both or neither")
         if self.tls_cert is not None and self.tls_key is not None:
             import ssl
 

@@ -64,6 +64,8 @@ def parse_policies(values: Sequence[str] | None) -> list[str]:
             if name not in REGISTRY:
                 raise UsageError(f"--policy {name!r}: accepted: {', '.join(sorted(REGISTRY))}")
             names.append(name)
+    if not names:
+        raise UsageError(f"--policy {','.join(values or [])!r}: accepted: one or more of {', '.join(sorted(REGISTRY))}")
     return list(dict.fromkeys(names))
 
 

@@ -127,7 +127,7 @@ def test_a_bad_value_gets_one_line_naming_where_the_value_and_what_is_accepted(
 def test_tls_needs_both(tmp_path: Path) -> None:
     cert = tmp_path / "cert.pem"
     cert.write_text("x")
-    with pytest.raises(ConfigError, match="tls_cert and tls_key go together"):
+    with pytest.raises(ConfigError, match=r"tls_cert and tls_key \(--tls-cert, --tls-key\) go together"):
         load_config(env={}, flags={"tls_cert": cert})
 
 

@@ -85,7 +85,11 @@ def test_an_invalid_node_is_shown_everywhere_and_gets_no_pods_until_fixed(tmp_pa
         assert 'node="good"} 1.0' not in metrics.split("gpuslice_node_inventory_invalid", 1)[1]
         # the Node event (the file backend keeps it)
         assert backend.events == [
-            ("bad", INVALID_INVENTORY, f"gpuslice places no pods on this node until its GPU inventory is fixed: {PROBLEM}")
+            (
+                "bad",
+                INVALID_INVENTORY,
+                f"gpuslice places no pods on this node until its GPU inventory is fixed: {PROBLEM}",
+            )
         ]
         # no pod on it; the other node keeps working
         result = client.filter(pod, ["bad", "good"])
