@@ -1,4 +1,4 @@
-"""Play kube-scheduler against ``gpuslice serve`` and measure it (PACKING-BENCHMARK.md §B).
+"""Play kube-scheduler against ``gpuslice serve`` and measure it (figures: docs/serving.md, Speed).
 
 For each cluster size (nodes of 8 GPUs) and policy, the driver writes a cluster file
 (nodes in all four sharing modes, plus the pending pods it will schedule), starts

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,3 +29,17 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert result.returncode == 0, result.stderr
     assert {p.name for p in out.iterdir()} == {"ca.crt", "tls.crt", "tls.key"}
     return out
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """The logging set-up as it was before the test (a command run in-process configures it)."""
+    names = ("gpuslice", "gpuslice.cache", "uvicorn", "uvicorn.error")
+    saved = {
+        n: (logging.getLogger(n).handlers[:], logging.getLogger(n).level, logging.getLogger(n).propagate) for n in names
+    }
+    yield
+    for logger, handlers, level, propagate in saved:
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate

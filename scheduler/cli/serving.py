@@ -80,13 +80,14 @@ def run_service(
         file_backend = FileBackend(resolve_cluster_file(cluster_file), config.prefix)
         if demo or demo_exit:
             plan = run.DemoPlan(pending_pods(file_backend), sorted(file_backend.nodes()), demo_exit)
-        return run.serve(config, file_backend, f"cluster file {file_backend.path}", service_mounts(config), plan)
+        source = f"cluster file {file_backend.path}"
+        return run.Service(config, file_backend, source, service_mounts(config), plan).run()
     try:
         backend = kube_backend(config, kubeconfig)
     except (GpusliceError, OSError) as exc:
         raise NoCluster(str(exc)) from exc
     try:
-        return run.serve(config, backend, "kubernetes", service_mounts(config))
+        return run.Service(config, backend, "kubernetes", service_mounts(config)).run()
     except run.SyncError as exc:
         raise NoCluster(str(exc.__cause__)) from exc
 

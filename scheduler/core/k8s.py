@@ -1,4 +1,4 @@
-"""A Kubernetes Node (its JSON as a dict) to the core's :class:`Node` (DESIGN §3).
+"""A Kubernetes Node (its JSON as a dict) to the core's :class:`Node`.
 
 Inventory, in order of precedence:
 1. the ``<prefix>inventory`` annotation (written by an agent or by hand), JSON:

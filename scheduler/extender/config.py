@@ -255,10 +255,6 @@ ENV_FIELDS = {
 }
 
 
-# The flag that sets each field, where it is not ``--`` + the name with dashes.
-FLAG_NAMES = {"policy": "--policy"}
-
-
 def load_config(
     file: Path | None = None,
     env: Mapping[str, str] | None = None,
@@ -290,7 +286,7 @@ def load_config(
             origins[_set(data, name, value)] = ENV_PREFIX + suffix
     for name, value in (flags or {}).items():
         if value is not None:
-            origins[_set(data, name, value)] = FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
+            origins[_set(data, name, value)] = "--" + name.replace("_", "-")  # the flag of that name
     try:
         return ServeConfig.model_validate(data)
     except ValidationError as exc:

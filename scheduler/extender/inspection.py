@@ -13,30 +13,32 @@ from .client import ExtenderClient
 from .columns import table
 
 OUTPUTS = ("table", "wide", "json", "yaml")
-COLUMNS = ("NODE", "GPU", "MODE", "MEMORY-MIB", "FREE-MIB", "COMPUTE-USED", "PODS")
-WIDE = ("NODE", "GPU", "UUID", "MODEL", "MODE", "MEMORY-MIB", "FREE-MIB", "COMPUTE-USED", "DETAIL", "PODS")
+COLUMNS = ("NODE", "GPU", "MODE", "MEMORY-MIB", "FREE-MIB", "COMPUTE", "PODS")
+WIDE = ("NODE", "GPU", "UUID", "MODEL", "MODE", "MEMORY-MIB", "FREE-MIB", "COMPUTE", "DETAIL", "PODS")
 
 
-def fetch(url: str, node: str | None = None) -> list[dict[str, Any]]:
-    """Every node (or the one named) as ``/debug/nodes`` describes it; ServiceError if it cannot be asked."""
+def fetch(url: str, node: str | None = None) -> Any:
+    """``/debug/nodes`` (every node, as a list) or ``/debug/nodes/<node>`` (one, as an object);
+    ServiceError if the service cannot be asked."""
     client = ExtenderClient(url)
     try:
         data = client.get(f"/debug/nodes/{node}") if node else client.get("/debug/nodes")
     finally:
         client.close()
-    return [data] if node else list(data["nodes"])
+    return data if node else list(data["nodes"])
 
 
-def render(nodes: Sequence[Mapping[str, Any]], output: str = "table") -> str:
-    """The nodes as ``output`` (one of :data:`OUTPUTS`)."""
+def render(data: Any, output: str = "table") -> str:
+    """What :func:`fetch` gave (a node or a list of them) as ``output`` (one of :data:`OUTPUTS`)."""
     if output == "json":
         import json
 
-        return json.dumps(nodes[0] if len(nodes) == 1 else list(nodes), indent=2)
+        return json.dumps(data, indent=2)
     if output == "yaml":
         import yaml
 
-        return yaml.safe_dump(nodes[0] if len(nodes) == 1 else list(nodes), sort_keys=False).rstrip()
+        return str(yaml.safe_dump(data, sort_keys=False)).rstrip()
+    nodes: Sequence[Mapping[str, Any]] = data if isinstance(data, list) else [data]
     wide = output == "wide"
     headers = WIDE if wide else COLUMNS
     rows: list[list[object]] = []
@@ -78,7 +80,7 @@ def _rows(n: Mapping[str, Any], wide: bool) -> list[dict[str, object]]:
                 "MODE": d["mode"],
                 "MEMORY-MIB": f"{d['memoryAllocatedMiB']}/{d['memoryMiB']}",
                 "FREE-MIB": d["memoryFreeMiB"],
-                "COMPUTE-USED": f"{d['computeAllocatedMilli'] / 10:g}%",
+                "COMPUTE": f"{d['computeAllocatedMilli'] / 10:g}%",
                 "DETAIL": d["detail"],
                 "PODS": (", ".join(pods) or "-") if wide else len(pods),
             }

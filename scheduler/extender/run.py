@@ -1,6 +1,6 @@
-"""Running the service (``gpuslice serve``) once its configuration and backend are built.
-A plain function: the composition root (``scheduler.cli``) parses the command line, builds
-the backend and calls :func:`serve`.
+"""Running the service (``gpuslice serve``) once its configuration and backend are built:
+the composition root (``scheduler.cli``) parses the command line, builds the backend and
+runs a :class:`Service`.
 
 The port opens first and the backend syncs behind it: ``/readyz`` answers 503 and the
 verbs answer "not ready" until the first full list of nodes and pods is in, then 200. A
@@ -45,9 +45,9 @@ class DemoPlan:
 
 
 class Service:
-    """The service of :func:`serve`: its port is listening from construction on (a port in use
-    is a :class:`~scheduler.extender.server.ListenError` here), the backend syncs once
-    :meth:`run` starts."""
+    """The service: its port is listening from construction on (a port in use is a
+    :class:`~scheduler.extender.server.ListenError` here), and the backend syncs once
+    :meth:`run` starts. ``source`` says where the cluster state comes from, for the log."""
 
     def __init__(
         self,
@@ -88,23 +88,6 @@ class Service:
     def stop(self) -> None:
         """Ask :meth:`run` to return (from any thread)."""
         self.server.stop_soon()
-
-
-def serve(
-    config: ServeConfig,
-    backend: Backend,
-    source: str,
-    mounts: Sequence[Mount] = (),
-    demo: DemoPlan | None = None,
-) -> int:
-    """Listen at once, sync the backend behind the open port, serve HTTP until stopped (or,
-    with ``demo.exit_after``, once the demo is done); the exit status.
-
-    ``source`` says where the cluster state comes from, for the log lines. Raises
-    :class:`~scheduler.extender.server.ListenError` if the port cannot be had, and
-    :class:`SyncError` if the first sync fails.
-    """
-    return Service(config, backend, source, mounts, demo).run()
 
 
 def _sync(server: Server, source: str) -> None:

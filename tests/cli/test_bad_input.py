@@ -132,3 +132,18 @@ def test_an_unknown_option_says_so_without_a_box_or_a_traceback() -> None:
     assert result.exit_code == 2
     assert "No such option: --prot" in result.stderr
     assert "Traceback" not in result.output and "╭" not in result.output
+
+
+def test_a_port_in_use_is_one_line_before_anything_starts(restore_logging: None) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = runner.invoke(app, ["serve", "--cluster-file", "example", "--port", str(port), "--log-level", "error"])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"gpuslice serve: cannot listen on 127.0.0.1:{port}: Address already in use; accepted: a free port "
+        "(--port), 0 for any\n"
+    )

@@ -1,4 +1,4 @@
-"""MIG slot rules (DESIGN §4), and the traps of where an instance goes."""
+"""MIG slot rules (NVIDIA's MIG user guide), and the traps of where an instance goes."""
 
 from __future__ import annotations
 

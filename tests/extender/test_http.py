@@ -174,7 +174,7 @@ def test_inspect_prints_the_table(tmp_path: Path, servers: list[Server]) -> None
     result = runner.invoke(app, ["inspect", "--url", server.url], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     header, row = result.output.splitlines()
-    assert header.split() == ["NODE", "GPU", "MODE", "MEMORY-MIB", "FREE-MIB", "COMPUTE-USED", "PODS"]
+    assert header.split() == ["NODE", "GPU", "MODE", "MEMORY-MIB", "FREE-MIB", "COMPUTE", "PODS"]
     assert row.split() == ["gpu-a", "0", "mps", "40960/81920", "40960", "50%", "1"]
     result = runner.invoke(app, ["inspect", "--url", server.url, "-o", "wide"])
     assert "default/p" in result.output and "gpu-a-gpu0" in result.output

@@ -50,14 +50,12 @@ class Lines(logging.Handler):
 
 
 @pytest.fixture
-def cache_log() -> Iterator[Lines]:
+def cache_log(restore_logging: None) -> Iterator[Lines]:
     handler = Lines()
     logger = logging.getLogger("gpuslice.cache")
     logger.addHandler(handler)
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
+    logger.setLevel(logging.INFO)  # whatever a command run in-process before set
+    yield handler
 
 
 def test_an_invalid_node_is_shown_everywhere_and_gets_no_pods_until_fixed(tmp_path: Path, cache_log: Lines) -> None:
