@@ -35,9 +35,8 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def restore_logging() -> Iterator[None]:
     """The logging set-up as it was before the test (a command run in-process configures it)."""
     names = ("gpuslice", "gpuslice.cache", "uvicorn", "uvicorn.error")
-    saved = {
-        n: (logging.getLogger(n).handlers[:], logging.getLogger(n).level, logging.getLogger(n).propagate) for n in names
-    }
+    loggers = [logging.getLogger(n) for n in names]
+    saved = [(logger, logger.handlers[:], logger.level, logger.propagate) for logger in loggers]
     yield
     for logger, handlers, level, propagate in saved:
         logger.handlers[:] = handlers
