@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from scheduler.core.allocation import Allocation
+from scheduler.core.pods import pod_key
 
 
 class Kind(StrEnum):
@@ -42,7 +43,7 @@ class PodRef:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return pod_key(self.namespace, self.name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,12 +6,12 @@ entry point, a plain function. No face imports this package, and the faces are i
 inside the commands, so ``gpuslice --help`` loads none of them.
 
 Modules: ``_app`` (the Typer app and the one error handler), then one module per face's
-commands: ``serving`` (serve, inspect, demo), ``simulation`` (simulate, bound).
+commands: ``serving`` (serve, inspect, demo), ``simulation`` (simulate, bound), ``node`` (agent).
 """
 
 from __future__ import annotations
 
-from . import serving, simulation
+from . import node, serving, simulation
 from ._app import app, main
 
-__all__ = ["app", "main", "serving", "simulation"]
+__all__ = ["app", "main", "node", "serving", "simulation"]

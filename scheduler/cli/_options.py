@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -93,6 +94,14 @@ def service_url(option: str, text: str) -> str:
     return text.strip().rstrip("/")
 
 
+def node_name(option: str, text: str) -> str:
+    """``text`` as a Kubernetes node name (a DNS subdomain, RFC 1123)."""
+    label = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+    if len(text) > 253 or not re.fullmatch(rf"{label}(\.{label})*", text):
+        raise UsageError(f"{option} {text!r}: accepted: a node name (lower-case letters, digits, '-' and '.')")
+    return text
+
+
 def choice(option: str, text: str, accepted: tuple[str, ...]) -> str:
     value = text.strip().lower()
     if value not in accepted:
@@ -100,4 +109,13 @@ def choice(option: str, text: str, accepted: tuple[str, ...]) -> str:
     return value
 
 
-__all__ = ["choice", "ratio", "readable_file", "readable_folder", "service_url", "whole", "writable_folder"]
+__all__ = [
+    "choice",
+    "node_name",
+    "ratio",
+    "readable_file",
+    "readable_folder",
+    "service_url",
+    "whole",
+    "writable_folder",
+]

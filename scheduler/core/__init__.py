@@ -1,8 +1,8 @@
 """The packing core: pure, typed, no I/O. The extender and the simulator both call it.
 
 Layering inside the core (lower never imports higher):
-errors, quantity -> catalog -> inventory -> request -> allocation -> mig -> state
--> fit -> capacity -> fragmentation -> policies -> select.
+errors, quantity -> catalog -> inventory -> request -> allocation -> mig -> capacity
+-> state -> fit -> fragmentation -> policies -> select -> board.
 
 Import from the modules (``from scheduler.core.fit import fit``): the package itself imports
 nothing, so that a command that needs only ``errors`` (``gpuslice --help``, ``gpuslice

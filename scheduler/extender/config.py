@@ -13,13 +13,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from scheduler.core.errors import ConfigError, RequestError
-from scheduler.core.fragmentation import TypicalWorkload
-from scheduler.core.policies import REGISTRY, Policy, make_policy
-from scheduler.core.quantity import cpu_milli
-from scheduler.core.request import DEFAULT_PREFIX, Demand, GpuKind, GpuRequest, parse_gpu_request
+from scheduler.core.errors import ConfigError
+from scheduler.core.policies import REGISTRY, Policy, make_policy, options_of
+from scheduler.core.request import DEFAULT_PREFIX
 
 from . import config_errors
 from .defaults import DEFAULT_PORT
@@ -29,60 +27,58 @@ DEFAULT_MAX_BODY = 4 * 1024 * 1024
 DEFAULT_TRUSTED_NETWORKS = ("127.0.0.0/8", "::1/128")
 ENV_PREFIX = "GPUSLICE_"
 
-_GPU_KEYS = ("gpu-fraction", "gpu-memory", "gpu-compute", "gpu-count", "mig-profile", "sharing", "gpu-model")
+
+def _underscored(value: Any) -> Any:
+    """Option keys as the dataclasses name them: ``gpu-fraction`` is ``gpu_fraction``."""
+    if isinstance(value, Mapping):
+        return {str(k).replace("-", "_"): _underscored(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_underscored(v) for v in value]
+    return value
 
 
-class WorkloadShape(BaseModel):
-    """One typical pod of the fgd workload: a GPU request in annotation form, its CPU, its weight."""
+class OptionErrors(ValueError):
+    """Bad options of a policy, each as (path under the policy, message)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    def __init__(self, lines: list[tuple[str, str]]) -> None:
+        self.lines = lines
+        super().__init__("; ".join(f"{path}: {message}" for path, message in lines))
 
-    weight: float = Field(gt=0)
-    cpu: str | int = 0
-    gpu_fraction: str | None = Field(None, alias="gpu-fraction")
-    gpu_memory: str | None = Field(None, alias="gpu-memory")
-    gpu_compute: str | None = Field(None, alias="gpu-compute")
-    gpu_count: str | None = Field(None, alias="gpu-count")
-    mig_profile: str | None = Field(None, alias="mig-profile")
-    sharing: str | None = None
-    gpu_model: str | None = Field(None, alias="gpu-model")
 
-    @field_validator("cpu")
-    @classmethod
-    def _cpu(cls, value: str | int) -> str | int:
-        try:
-            if cpu_milli(value) < 0:
-                raise ValueError
-        except ValueError:
-            raise ValueError(f"must be a CPU quantity such as 4 or 500m, got {value!r}") from None
-        return value
-
-    @model_validator(mode="after")
-    def _request(self) -> WorkloadShape:
-        self.gpu_request()
-        return self
-
-    def gpu_request(self) -> GpuRequest:
-        annotations = {}
-        for key in _GPU_KEYS:
-            value = getattr(self, key.replace("-", "_"))
-            if value is not None:
-                annotations[DEFAULT_PREFIX + key] = str(value)
-        try:
-            return parse_gpu_request(annotations)
-        except RequestError as exc:
-            raise ValueError(str(exc).replace(DEFAULT_PREFIX, "")) from exc
-
-    def demand(self) -> Demand:
-        return Demand(cpu_milli(self.cpu), 0, self.gpu_request())
+def policy_options(name: str, given: Mapping[str, Any]) -> Any:
+    """``given`` validated as the options dataclass of policy ``name`` (:class:`OptionErrors`
+    naming each bad field by its path, and the accepted fields for an unknown one)."""
+    kind = options_of(name)
+    unknown = config_errors.unknown_options(kind, given)
+    if unknown:
+        raise OptionErrors(
+            [
+                (
+                    config_errors.dotted(loc),
+                    f"not an option of policy {name}"
+                    + (f" (did you mean {near!r}?)" if near else "")
+                    + f"; accepted: {', '.join(accepted) or 'none'}",
+                )
+                for loc, accepted, near in unknown
+            ]
+        )
+    values = _underscored(given)
+    try:
+        return TypeAdapter(kind).validate_python(values)
+    except ValidationError as exc:
+        raise OptionErrors(
+            [(_alias_path(err["loc"]), err["msg"].removeprefix("Value error, ")) for err in exc.errors()]
+        ) from None
 
 
 class PolicyConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """The policy pods get unless they name another (``name``), its options beside the name
+    (see each policy's options), and the options of policies pods may name (``policies``)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     name: str = "binpack"
-    workload: tuple[WorkloadShape, ...] | None = None
-    seed: int | None = None
+    policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod
@@ -91,27 +87,25 @@ class PolicyConfig(BaseModel):
             raise ValueError(f"unknown policy {value!r}; accepted: {', '.join(sorted(REGISTRY))}")
         return value
 
+    @field_validator("policies")
+    @classmethod
+    def _each(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name, given in value.items():
+            if name not in REGISTRY:
+                raise ValueError(f"unknown policy {name!r}; accepted: {', '.join(sorted(REGISTRY))}")
+            policy_options(name, given or {})
+        return value
+
     @model_validator(mode="after")
     def _options(self) -> PolicyConfig:
-        if self.workload is not None and self.name not in ("fgd", "fgd-cpu"):
-            raise ValueError("'workload' is an option of the fgd and fgd-cpu policies only")
-        if self.workload is not None and not self.workload:
-            raise ValueError("'workload' needs at least one shape")
-        if self.seed is not None and self.name != "random":
-            raise ValueError("'seed' is an option of the random policy only")
+        policy_options(self.name, self.model_extra or {})
         return self
 
-    def options(self) -> dict[str, Any]:
-        if self.workload:
-            total = sum(s.weight for s in self.workload)
-            shapes = tuple((s.demand(), s.weight / total) for s in self.workload)
-            if not any(d.gpu.kind is not GpuKind.NONE for d, _ in shapes):
-                raise ConfigError("policy.workload: needs at least one shape with a GPU request")
-            # fgd scores against this workload; fgd-cpu starts from it and learns from the pods it sees
-            return {"prior" if self.name == "fgd-cpu" else "workload": TypicalWorkload(shapes)}
-        if self.seed is not None:
-            return {"seed": self.seed}
-        return {}
+    def options_for(self, name: str) -> Any:
+        """The validated options of policy ``name``: its own, else those under ``policies``."""
+        if name == self.name:
+            return policy_options(name, self.model_extra or {})
+        return policy_options(name, self.policies.get(name) or {})
 
 
 class KubeSettings(BaseModel):
@@ -234,8 +228,10 @@ class ServeConfig(BaseModel):
     def scheme(self) -> str:
         return "https" if self.tls_cert else "http"
 
-    def make_policy(self) -> Policy:
-        return make_policy(self.policy.name, **self.policy.options())
+    def make_policy(self, name: str | None = None) -> Policy:
+        """Policy ``name`` (default: the configured one) with its configured options."""
+        chosen = name or self.policy.name
+        return make_policy(chosen, self.policy.options_for(chosen))
 
 
 # Environment variables and the config field each sets ("policy" sets policy.name).
@@ -290,13 +286,25 @@ def load_config(
     try:
         return ServeConfig.model_validate(data)
     except ValidationError as exc:
-        lines = [
-            config_errors.explain(err, ServeConfig, _where(tuple(err["loc"]), origins, file))
-            for err in exc.errors(include_url=False)
-        ]
+        lines: list[str] = []
+        for err in exc.errors(include_url=False):
+            loc = tuple(err["loc"])
+            cause = (err.get("ctx") or {}).get("error")
+            if isinstance(cause, OptionErrors):  # a policy's options, each by its own path
+                where = _where(loc, origins, file)
+                lines.extend(f"{where}.{path}: {message}" for path, message in cause.lines)
+            else:
+                lines.append(config_errors.explain(err, ServeConfig, _where(loc, origins, file)))
         if len(lines) == 1:
             raise ConfigError(lines[0]) from None
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
+
+
+def _alias_path(loc: tuple[int | str, ...]) -> str:
+    """A path as the file writes it: a policy option ``gpu_fraction`` is ``gpu-fraction``."""
+    return config_errors.dotted(
+        tuple(p.replace("_", "-") if isinstance(p, str) and p.startswith(("gpu_", "mig_")) else p for p in loc)
+    )
 
 
 def _where(loc: tuple[int | str, ...], origins: Mapping[tuple[str, ...], str], file: Path | None) -> str:

@@ -154,3 +154,33 @@ def explain(error: ErrorDetails, root: type[BaseModel], where: str) -> str:
 
 
 __all__ = ["accepted", "dotted", "explain", "keys", "section"]
+
+
+def unknown_options(kind: type, values: Any, path: Loc = ()) -> list[tuple[Loc, list[str], str]]:
+    """The keys of ``values`` that no field of the dataclass ``kind`` (or of a dataclass inside
+    it, in a list too) names: (where, the keys accepted there, the closest one or "").
+
+    pydantic ignores such keys in a plain dataclass; a misspelt option must not pass unseen.
+    Keys are compared with dashes as underscores (``gpu-fraction`` is ``gpu_fraction``).
+    """
+    import dataclasses
+
+    if not (dataclasses.is_dataclass(kind) and isinstance(values, Mapping)):
+        return []
+    fields = {f.name: f for f in dataclasses.fields(kind)}
+    names = [n.replace("_", "-") if n.startswith(("gpu_", "mig_")) else n for n in fields]
+    found: list[tuple[Loc, list[str], str]] = []
+    for key, value in values.items():
+        field = fields.get(str(key).replace("-", "_"))
+        if field is None:
+            near = difflib.get_close_matches(str(key), names, n=1)
+            found.append(((*path, key), names, near[0] if near else ""))
+            continue
+        inner = _unwrap(field.type if not isinstance(field.type, str) else typing.get_type_hints(kind)[field.name])
+        if typing.get_origin(inner) in (tuple, list):
+            element = _unwrap(typing.get_args(inner)[0])
+            for i, item in enumerate(value if isinstance(value, list | tuple) else []):
+                found.extend(unknown_options(element, item, (*path, key, i)))
+        else:
+            found.extend(unknown_options(inner, value, (*path, key)))
+    return found

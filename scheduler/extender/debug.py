@@ -6,10 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from scheduler.core.capacity import free_milli
-from scheduler.core.inventory import Device, Node, SharingMode
-from scheduler.core.request import MILLI
-from scheduler.core.state import DeviceUsage, NodeState
+from scheduler.core.state import NodeState
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,55 +22,15 @@ class DeviceRow:
     compute_free_milli: int
     free_milli: int  # the core's free share (what policies see)
     shares: int
-    detail: str  # MIG slots in use, MPS clients, time-slicing replicas
-
-
-def _free(node: Node, device: Device, usage: DeviceUsage) -> tuple[int, int, str]:
-    """(free memory MiB, free compute milli, detail) of one device, by its mode's rules."""
-    mode = device.mode
-    if mode is SharingMode.EXCLUSIVE:
-        busy = usage.shares > 0
-        return (0, 0, "in use") if busy else (device.memory_mib, MILLI, "free")
-    if mode is SharingMode.MIG:
-        layout = device.model.mig
-        if layout is None:
-            return 0, 0, "no MIG layout"
-        used = ", ".join(f"{s.profile}@{s.start}" for s in usage.mig) or "none"
-        if device.mig_static:
-            taken = {(s.profile, s.start) for s in usage.mig}
-            free = [i for i in device.mig_instances if (i.profile.name, i.start) not in taken]
-            mem = sum(i.profile.memory_mib for i in free)
-            slices = sum(i.profile.compute_slices for i in free)
-            return mem, slices * MILLI // layout.compute_slices, f"static; used {used}"
-        slots = layout.memory_slots - sum(s.size for s in usage.mig)
-        slices = layout.compute_slices - sum(s.slices for s in usage.mig)
-        return (
-            slots * device.memory_mib // layout.memory_slots,
-            slices * MILLI // layout.compute_slices,
-            f"dynamic; used {used}",
-        )
-    if mode is SharingMode.MPS:
-        cap = MILLI * node.mps_compute_oversub_pct // 100
-        full = usage.shares >= device.mps_client_limit
-        return (
-            0 if full else max(0, device.memory_mib - usage.memory_mib),
-            0 if full else max(0, cap - usage.compute_milli),
-            f"{usage.shares}/{device.mps_client_limit} clients",
-        )
-    cap = device.memory_mib * node.ts_memory_oversub_pct // 100
-    full = usage.shares >= device.replicas
-    return (
-        0 if full else max(0, cap - usage.memory_mib),
-        0 if full else max(0, MILLI - usage.compute_milli),
-        f"{usage.shares}/{device.replicas} replicas",
-    )
+    detail: str  # MIG slots in use, MPS clients, time-slicing replicas, or why the GPU is unhealthy
+    healthy: bool
+    unhealthy_reason: str = ""
 
 
 def device_rows(state: NodeState) -> list[DeviceRow]:
     node = state.node
     rows = []
-    for device, usage in zip(node.devices, state.usage, strict=True):
-        mem_free, compute_free, detail = _free(node, device, usage)
+    for device, usage, left in zip(node.devices, state.usage, state.free(), strict=True):
         rows.append(
             DeviceRow(
                 device.index,
@@ -82,12 +39,14 @@ def device_rows(state: NodeState) -> list[DeviceRow]:
                 device.mode.value,
                 device.memory_mib,
                 usage.memory_mib,
-                mem_free,
+                left.memory_mib,
                 usage.compute_milli,
-                compute_free,
-                free_milli(device, usage),
+                left.compute_milli,
+                left.milli,
                 usage.shares,
-                detail,
+                left.detail if device.healthy else f"unhealthy: {device.unhealthy_reason}",
+                device.healthy,
+                device.unhealthy_reason,
             )
         )
     return rows

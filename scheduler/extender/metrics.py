@@ -79,8 +79,15 @@ class _DeviceCollector(Collector):
             "GPU compute (thousandths of a GPU) per node and sharing mode.",
             labels=["node", "mode", "state"],
         )
+        unhealthy = GaugeMetricFamily(
+            "gpuslice_gpu_unhealthy",
+            "1 for each GPU the node agent marked unhealthy (fatal XID, off the bus), with the reason.",
+            labels=["node", "gpu", "uuid", "reason"],
+        )
         totals: dict[tuple[str, str], list[int]] = {}
         for node, row in self._devices():
+            if not row.healthy:
+                unhealthy.add_metric([node, str(row.index), row.uuid, row.unhealthy_reason], 1)
             t = totals.setdefault((node, row.mode), [0, 0, 0, 0])
             t[0] += row.memory_allocated_mib
             t[1] += row.memory_free_mib
@@ -93,6 +100,7 @@ class _DeviceCollector(Collector):
             compute.add_metric([node, mode, "free"], cpu_free)
         yield memory
         yield compute
+        yield unhealthy
 
 
 class _InvalidNodes(Collector):

@@ -42,6 +42,17 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
     }
 )
 
+# Every call the node agent (scheduler.kube.nodeapi) makes, under its own service account.
+AGENT_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        ("get", "", "nodes"),
+        ("patch", "", "nodes"),
+        ("list", "", "pods"),
+        ("watch", "", "pods"),
+        ("create", "", "events"),
+    }
+)
+
 MERGE_PATCH = "application/merge-patch+json"
 WATCHED = ("nodes", "pods")
 
@@ -127,6 +138,8 @@ class KubeApi:
         self._client = api_client
         self._core: Any = k8s.CoreV1Api(api_client)
         self.request_timeout_s = request_timeout_s
+        # what this client may call, and the name of that set (the node agent's: AGENT_API_CALLS)
+        self.calls, self.calls_name = API_CALLS, "API_CALLS"
 
     # ------------------------------------------------------------ construction
 
@@ -185,8 +198,8 @@ class KubeApi:
         self, verb: str, resource: str, method: Callable[..., Any], *args: Any, timeout: Any = None, **kwargs: Any
     ) -> Any:
         """One call, with the response unread; its (verb, resource) must be in :data:`API_CALLS`."""
-        if (verb, "", resource) not in API_CALLS:
-            raise AssertionError(f"API call {verb} {resource} is missing from API_CALLS")
+        if (verb, "", resource) not in self.calls:
+            raise AssertionError(f"API call {verb} {resource} is missing from {self.calls_name}")
         call = f"{verb} {resource}"
         try:
             return method(
@@ -240,9 +253,17 @@ class KubeApi:
             options["_continue"] = continue_token
         return self._json("list", resource, self._lister(resource), **options)
 
-    def watch(self, resource: str, resource_version: str, timeout_s: int, read_slack_s: float = 5.0) -> WatchStream:
+    def watch(
+        self,
+        resource: str,
+        resource_version: str,
+        timeout_s: int,
+        read_slack_s: float = 5.0,
+        field_selector: str | None = None,
+    ) -> WatchStream:
         """Changes to nodes or pods after ``resource_version``; the server ends the stream after ``timeout_s``,
         and a stream silent for ``read_slack_s`` longer than that is treated as broken."""
+        extra = {"field_selector": field_selector} if field_selector else {}
         response = self._raw(
             "watch",
             resource,
@@ -252,6 +273,7 @@ class KubeApi:
             resource_version=resource_version,
             timeout_seconds=timeout_s,
             allow_watch_bookmarks=True,
+            **extra,
         )
         return WatchStream(f"watch {resource}", response)
 
@@ -268,6 +290,13 @@ class KubeApi:
         # _preload_content=False (in _raw): reading the answer into the client's model raises on a
         # successful bind (its V1Binding requires a target the answer does not carry).
         self._json("create", "pods/binding", self._core.create_namespaced_pod_binding, name, namespace, dict(body))
+
+    def get_node(self, name: str) -> Json:
+        return self._json("get", "nodes", self._core.read_node, name)
+
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> Json:
+        """A JSON merge patch (RFC 7386) of a Node: ``None`` values delete keys."""
+        return self._json("patch", "nodes", self._core.patch_node, name, dict(patch), _content_type=MERGE_PATCH)
 
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> Json:
         return self._json("create", "events", self._core.create_namespaced_event, namespace, dict(body))

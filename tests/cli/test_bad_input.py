@@ -99,12 +99,29 @@ BOUND = [
 DEMO = [
     (["--policy", "tetris"], f"--policy: unknown policy 'tetris'; accepted: {POLICIES}"),
 ]
-TABLES = {"serve": SERVE, "inspect": INSPECT, "simulate": SIMULATE, "bound": BOUND, "demo": DEMO}
+NO_FILE = "[Errno 2] No such file or directory"
+AGENT = [
+    (["--config", "/nonexistent.yaml"], f"agent config /nonexistent.yaml: cannot read: {NO_FILE}: '/nonexistent.yaml'"),
+    (["--node", "Bad_Name!"], "--node 'Bad_Name!': accepted: a node name (lower-case letters, digits, '-' and '.')"),
+    (
+        ["--node", "n", "--fake-gpus", "/nonexistent.yaml", "--dry-run"],
+        f"fake GPUs /nonexistent.yaml: cannot read: {NO_FILE}: '/nonexistent.yaml'",
+    ),
+    (
+        ["--node", "n", "--api-url", "notaurl", "--fake-gpus", "example"],
+        "API server URL 'notaurl' must start with http:// or https://",
+    ),
+    (
+        ["--node", "n", "--kubeconfig", "/nonexistent", "--fake-gpus", "example"],
+        "cannot load /nonexistent: Invalid kube-config file. No configuration found.",
+    ),
+]
+TABLES = {"serve": SERVE, "inspect": INSPECT, "simulate": SIMULATE, "bound": BOUND, "demo": DEMO, "agent": AGENT}
 CASES = [(command, args, message) for command, table in TABLES.items() for args, message in table]
 
 
 @pytest.mark.parametrize(("command", "args", "message"), CASES, ids=[f"{c} {' '.join(a)}" for c, a, _ in CASES])
-def test_a_bad_value_is_one_line_and_exit_2(command: str, args: list[str], message: str) -> None:
+def test_a_bad_value_is_one_line_and_exit_2(command: str, args: list[str], message: str, restore_logging: None) -> None:
     result = runner.invoke(app, [command, *args])
     assert (result.exit_code, result.stderr) == (2, f"gpuslice {command}: {message}\n")
     assert result.stdout == ""  # nothing started: no table, no log
@@ -119,6 +136,7 @@ def test_a_service_that_cannot_be_reached_is_one_line_and_exit_1() -> None:
 
 def test_every_option_that_takes_a_value_has_a_row() -> None:
     group = typer.main.get_command(app)
+    assert set(group.commands) == set(TABLES)  # type: ignore[attr-defined]
     for name, table in TABLES.items():
         command = group.commands[name]  # type: ignore[attr-defined]
         options = {p.opts[0] for p in command.params if p.param_type_name == "option" and not p.is_flag}

@@ -138,7 +138,7 @@ def test_free_milli_per_mode(mode: str, options: dict[str, int], used: list[tupl
     device = state.node.devices[0]
     for k, (memory, compute) in enumerate(used):
         state = state.apply(f"p{k}", Allocation("n1", (DeviceShare(device.uuid, 0, device.mode, memory, compute),)))
-    assert free_milli(device, state.usage[0]) == expected
+    assert free_milli(state.node, device, state.usage[0]) == expected
 
 
 def test_apply_refuses_over_capacity_records_and_release_restores() -> None:
@@ -146,7 +146,8 @@ def test_apply_refuses_over_capacity_records_and_release_restores() -> None:
     device = state.node.devices[0]
     big = Allocation("n1", (DeviceShare(device.uuid, 0, device.mode, 50_000, 600),))
     after = state.apply("a", big)
-    with pytest.raises(RecordError, match="pod b: conflicts on node n1: needs 60% compute on one GPU, free 40%"):
+    message = "pod b: conflicts on node n1: needs 60 percent compute on one GPU, free 40 percent"
+    with pytest.raises(RecordError, match=message):
         after.apply("b", big)
     with pytest.raises(RecordError, match="already has an allocation"):
         after.apply("a", big)

@@ -150,7 +150,7 @@ def inventory(devices: list[dict[str, Any]], **node_keys: Any) -> dict[str, Any]
 H100 = {"uuid": "GPU-a", "index": 0, "model": "H100-80GB"}
 DEVICE_KEYS_TEXT = (
     "accepted keys: uuid, index, model, memoryMiB, smCount, mode, migInstances, migProfiles, mpsClientLimit, "
-    "replicas, nvlinkPeers"
+    "replicas, nvlinkPeers, healthy, unhealthyReason, migTaken, migManaged"
 )
 
 
@@ -248,7 +248,7 @@ def test_an_invalid_inventory_is_an_error_naming_node_key_and_accepted_keys(raw:
 
 def test_every_accepted_key_is_read() -> None:
     # The accepted keys are the parser's: a device using all of them parses, and each one counts.
-    from scheduler.core.k8s import DEVICE_KEYS, MIG_INSTANCE_KEYS, NODE_KEYS
+    from scheduler.core.k8s import DEVICE_KEYS, INVENTORY_KEYS, MIG_INSTANCE_KEYS
 
     mig = {
         "uuid": "GPU-m",
@@ -262,13 +262,18 @@ def test_every_accepted_key_is_read() -> None:
         "mpsClientLimit": 8,
         "replicas": 1,
         "nvlinkPeers": [0],
+        "healthy": False,
+        "unhealthyReason": "XID 79",
+        "migTaken": [],
+        "migManaged": [],
     }
     assert set(mig) == set(DEVICE_KEYS) and set(mig["migInstances"][0]) == set(MIG_INSTANCE_KEYS)
     body = {"devices": [{**H100, "nvlinkPeers": [1]}, mig], "mpsComputeOversubscriptionPct": 150}
     body["timeSlicingMemoryOversubscriptionPct"] = 200
-    assert set(body) == set(NODE_KEYS)
+    assert set(body) == set(INVENTORY_KEYS)
     parsed = parse_node(node(annotations={"gpuslice.io/inventory": json.dumps(body)}))
     device = parsed.devices[1]
     assert (device.uuid, device.model.name, device.mode, device.mps_client_limit) == ("GPU-m", "A100-80GB", "mig", 8)
     assert device.mig_instances[0].uuid == "MIG-m-3g" and device.mig_allowed == ("3g.40gb",)
+    assert (device.healthy, device.unhealthy_reason) == (False, "XID 79")
     assert parsed.linked(0, 1) and (parsed.mps_compute_oversub_pct, parsed.ts_memory_oversub_pct) == (150, 200)

@@ -232,6 +232,9 @@ def _all_single_shares(demand: Demand, state: NodeState) -> list[Allocation]:
         elif gpu.kind in (GpuKind.SHARE, GpuKind.WHOLE):
             memory, compute = gpu.share_on(device)
             if device.mode is SharingMode.EXCLUSIVE and memory <= device.memory_mib and compute <= 1000:
+                part = (memory, compute) != (device.memory_mib, 1000)
+                if part and SharingMode.EXCLUSIVE not in gpu.sharing:
+                    continue  # part of a GPU takes an exclusive one only when the pod accepts a whole GPU
                 memory, compute = device.memory_mib, 1000
             out.append(
                 Allocation(

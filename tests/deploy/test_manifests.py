@@ -27,6 +27,7 @@ MODELS: dict[tuple[str, str], type[BaseModel]] = {
     ("v1", "Pod"): k8s.V1Pod,
     ("v1", "Node"): k8s.V1Node,
     ("apps/v1", "Deployment"): k8s.V1Deployment,
+    ("apps/v1", "DaemonSet"): k8s.V1DaemonSet,
     ("batch/v1", "Job"): k8s.V1Job,
     ("policy/v1", "PodDisruptionBudget"): k8s.V1PodDisruptionBudget,
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): k8s.V1ClusterRole,

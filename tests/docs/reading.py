@@ -68,6 +68,8 @@ def gpuslice_commands(path: Path) -> list[list[str]]:
         while words and re.fullmatch(r"[A-Z_]+=.*", words[0]):  # VAR=value before the command
             words = words[1:]
         if words and (words[0] == "gpuslice" or words[0].endswith("/gpuslice")):
+            if len(words) > 1 and words[1].endswith(":"):
+                continue  # an error message quoted ("gpuslice serve: --port ..."), not a command
             commands.append(words[1:])
     return commands
 

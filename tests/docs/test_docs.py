@@ -13,6 +13,7 @@ import pytest
 import typer.main
 import yaml
 
+from scheduler.agent.config import DEFAULT_RESOURCE
 from scheduler.cli import app
 from scheduler.cli.serving import service_mounts
 from scheduler.core.request import OUTPUT_KEYS, REQUEST_KEYS, SELECTOR_KEYS
@@ -80,7 +81,7 @@ def routes() -> list[re.Pattern[str]]:
 
 ENDPOINT = re.compile(r"\b(?:GET|POST) (?:\{urlPrefix\})?(/[\w/{}.-]*)|127\.0\.0\.1:8686(/[\w/{}.-]*)")
 # First path segments of the files and folders the documents quote (and of the url_prefix example)
-NOT_ROUTES = {"etc", "tmp", "dev", "opt", "proc", "models", "workspace", "gpuslice"}
+NOT_ROUTES = {"etc", "tmp", "dev", "opt", "proc", "var", "run", "models", "workspace", "gpuslice"}
 
 
 @pytest.mark.parametrize("path", DOCUMENTS, ids=name)
@@ -99,15 +100,18 @@ def test_every_quoted_endpoint_is_served(path: Path) -> None:
 # ------------------------------------------------------------ annotations
 
 
-def annotation_keys() -> set[str]:
+def gpuslice_names() -> set[str]:
+    """The ``gpuslice.io/`` names the code reads or writes: the request and output annotations,
+    the namespace label the webhooks select by, the node agent's extended resource."""
     webhook = find("MutatingWebhookConfiguration", "gpuslice")["webhooks"][0]["namespaceSelector"]
     labels = {e["key"].removeprefix("gpuslice.io/") for e in webhook["matchExpressions"]}
-    return set(REQUEST_KEYS) | set(SELECTOR_KEYS) | set(OUTPUT_KEYS) | labels
+    resource = DEFAULT_RESOURCE.removeprefix("gpuslice.io/")
+    return set(REQUEST_KEYS) | set(SELECTOR_KEYS) | set(OUTPUT_KEYS) | labels | {resource}
 
 
 @pytest.mark.parametrize("path", DOCUMENTS, ids=name)
 def test_every_quoted_annotation_is_one_gpuslice_reads_or_writes(path: Path) -> None:
-    known = annotation_keys()
+    known = gpuslice_names()
     text = path.read_text(encoding="utf-8")
     for key in set(re.findall(r"gpuslice\.io/([a-z][a-z0-9-]*)", text)):
         assert key in known, f"{name(path)}: gpuslice.io/{key} is neither read nor written by gpuslice"
@@ -142,7 +146,9 @@ def test_the_configuration_table_matches_the_settings_flags_and_environment() ->
 @pytest.mark.parametrize("path", DOCUMENTS, ids=name)
 def test_every_environment_variable_quoted_is_read(path: Path) -> None:
     read = {ENV_PREFIX + k for k in ENV_FIELDS} | {OPENB_ENV, RESULTS_ENV}
-    read |= {"GPUSLICE_NAMESPACE", "GPUSLICE_SERVICE_ACCOUNT"}  # the webhook's (WebhookConfig.from_env)
+    # and those the code names itself (the webhook's, what the node agent sets in a container)
+    for source in (REPO / "scheduler").rglob("*.py"):
+        read |= set(re.findall(r"\"(GPUSLICE_[A-Z_]+)\"", source.read_text(encoding="utf-8")))
     for variable in set(re.findall(r"GPUSLICE_[A-Z_]+", path.read_text(encoding="utf-8"))):
         assert variable in read, f"{name(path)}: {variable} is not read by gpuslice"
 

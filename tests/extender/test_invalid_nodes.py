@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from scheduler.core.k8s import DEVICE_KEYS
 from scheduler.extender.client import ExtenderClient
 from scheduler.extender.config import load_config
 from scheduler.extender.inspection import inspect
@@ -26,8 +27,7 @@ from tests.fakes import FakeApiServer
 from .kit import PREFIX, cluster_file, k8s_node, k8s_pod
 
 PROBLEM = (
-    "node bad: inventory device 0: unknown key 'mdoe' (did you mean 'mode'?); accepted keys: uuid, index, model, "
-    "memoryMiB, smCount, mode, migInstances, migProfiles, mpsClientLimit, replicas, nvlinkPeers"
+    f"node bad: inventory device 0: unknown key 'mdoe' (did you mean 'mode'?); accepted keys: {', '.join(DEVICE_KEYS)}"
 )
 
 

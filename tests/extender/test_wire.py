@@ -51,7 +51,7 @@ class TestFilter:
         assert got["NodeNames"] == ["mps-a", "mps-b", "mig"]
         assert got["FailedNodes"] == {
             # big took ceil(70000 * 1000 / 81920) = 855 milli of compute; 20480 MiB needs 250: fits once big is gone
-            "small": "needs 25% compute on one GPU, free 14.5%",
+            "small": "needs 25 percent compute on one GPU, free 14.5 percent",
             "ghost": "node unknown to gpuslice",
         }
         never = got["FailedAndUnresolvableNodes"]
@@ -67,7 +67,7 @@ class TestFilter:
         # half a GPU: t4 gives 15360 // 2 = 7680 MiB of a replica; MIG: 500 milli needs 4 of 7 slices (4g.40gb)
         assert [n["metadata"]["name"] for n in passed] == ["mps-a", "mps-b", "t4", "mig"]
         assert all(n["futureField"] == {"x": 1} for n in passed)
-        assert got["FailedNodes"] == {"small": "needs 50% compute on one GPU, free 14.5%"}
+        assert got["FailedNodes"] == {"small": "needs 50 percent compute on one GPU, free 14.5 percent"}
 
     @pytest.mark.parametrize(
         "payload",
@@ -80,10 +80,10 @@ class TestFilter:
         ],
     )
     def test_malformed_envelopes_get_an_error_not_a_500(self, svc: Any, payload: Any) -> None:
-        before = svc.extender.cache.generation
+        before = svc.extender.cache.snapshot()
         got = svc.post("filter", payload)
         assert got["Error"] and got["NodeNames"] is None and got["Nodes"] is None
-        assert svc.extender.cache.generation == before
+        assert svc.extender.cache.snapshot() == before
 
     def test_null_and_empty_node_lists(self, svc: Any) -> None:
         pod = k8s_pod("p", gpu_fraction="0.5")
@@ -212,7 +212,7 @@ class TestBind:
         pod = k8s_pod("p", gpu_memory="20Gi")
         svc.backend.put_pod(pod)
         got = svc.post("bind", binding(pod, "small"))
-        assert got["Error"] == "needs 25% compute on one GPU, free 14.5%"
+        assert got["Error"] == "needs 25 percent compute on one GPU, free 14.5 percent"
         assert "nodeName" not in svc.backend.pods()["default/p"]["spec"]
         assert [k for k, _ in svc.extender.cache.state("small").pods] == ["default/big"]
 

@@ -257,6 +257,11 @@ class FakeApiServer:
     def node(self, name: str) -> Json | None:
         return self._copy("nodes", name)
 
+    def objects(self, resource: str) -> list[Json]:
+        """Copies of every stored object of one resource (events, say), by key."""
+        with self._lock:
+            return [copy.deepcopy(o) for _, o in sorted(self._objects[resource].items())]
+
     def pod(self, namespace: str, name: str) -> Json | None:
         return self._copy("pods", f"{namespace}/{name}")
 
@@ -464,6 +469,13 @@ class FakeApiServer:
                 creationTimestamp=old["metadata"].get("creationTimestamp"),
             )
             return self._store(resource, body, "MODIFIED")
+
+    def patch_node(self, name: str, patch: Any) -> Json:
+        with self._lock:
+            old = self._require("nodes", name)
+            if not isinstance(patch, dict):
+                raise ApiFailure(400, "a merge patch must be a JSON object")
+            return self._store("nodes", merge_patch(old, patch), "MODIFIED")
 
     def patch_pod(self, namespace: str, name: str, patch: Any) -> Json:
         with self._lock:
@@ -701,6 +713,12 @@ class _Handler(BaseHTTPRequestHandler):
                 if fake._key("pods", body) in fake._objects["pods"]:
                     raise ApiFailure(409, f'pods "{body["metadata"].get("name")}" already exists', "AlreadyExists")
                 result = fake._store("pods", body, "ADDED")
+        elif verb == "update" and resource != "nodes":
+            result = fake.update(resource, ns, name, body or {})
+        elif verb == "patch" and resource == "pods":
+            result = fake.patch_pod(ns, name, body)
+        elif verb == "patch" and resource == "nodes":
+            result = fake.patch_node(name, body)
         elif verb == "create" and resource == "events":
             body = dict(body or {})
             meta = body.setdefault("metadata", {})
@@ -709,10 +727,6 @@ class _Handler(BaseHTTPRequestHandler):
                 meta["name"] = str(meta.get("generateName") or "event.") + uuid.uuid4().hex[:8]
             with fake._lock:
                 result = fake._store("events", body, "ADDED")
-        elif verb == "update" and resource != "nodes":
-            result = fake.update(resource, ns, name, body or {})
-        elif verb == "patch" and resource == "pods":
-            result = fake.patch_pod(ns, name, body)
         elif verb == "delete" and resource != "nodes":
             result = fake.delete(resource, ns, name)
         else:
