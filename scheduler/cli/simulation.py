@@ -1,6 +1,6 @@
-"""``gpuslice simulate`` and ``gpuslice bound``: the simulator face.
+"""``gpuslice simulate``, ``gpuslice bound`` and ``gpuslice advise``: the simulator face.
 
-Numbers and folders arrive as text and are checked here (:mod:`._options`) before any
+Numbers, files and folders arrive as text and are checked here (:mod:`._options`) before any
 input is read or any run starts; the face checks what only it knows (policy names, the
 form of ``--seeds``, replay modes).
 """
@@ -130,3 +130,54 @@ def bound(
     from scheduler.sim import commands
 
     commands.bound_table(traces or [], nodes, seeds, ratio, shuffle, cut, folder)
+
+
+ADVISE_OUTPUTS = ("table", "json")
+
+
+@command("advise")
+def advise(
+    metrics: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="Recorded metrics: a Prometheus query_range (or query) response as JSON, or a snapshot of an "
+            "agent's /metrics; several files: the peak over all.",
+            show_default=False,
+        ),
+    ] = None,
+    cluster: Annotated[
+        Path | None,
+        typer.Option(help="A Kubernetes v1 List (kubectl get nodes,pods -A -o yaml): compute the GPUs freed."),
+    ] = None,
+    threshold_pct: Annotated[
+        str, typer.Option(metavar="PCT", help="Far below: a measured peak at most this percent of the share's memory.")
+    ] = "50",
+    headroom_pct: Annotated[
+        str, typer.Option(metavar="PCT", help="The suggested share: the peak plus this percent.")
+    ] = "20",
+    granularity_mib: Annotated[
+        str, typer.Option(metavar="MIB", help="... rounded up to a multiple of this many MiB.")
+    ] = "1024",
+    policy: Annotated[str, typer.Option(help="The packing policy for the freed GPUs (default: the extender's).")] = "",
+    output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+) -> None:
+    """Right-sizing: pods whose measured peak is far below their share, the share that would fit,
+    and how many GPUs the cluster would free if they were resized (docs/observability.md)."""
+    import json
+
+    chosen = opt.choice("--output", output, ADVISE_OUTPUTS)
+    threshold = opt.ratio("--threshold-pct", threshold_pct, 0.0, 100.0, "a percent in (0, 100]")
+    headroom = opt.ratio("--headroom-pct", headroom_pct, 0.0, 1000.0, "a percent in [0, 1000]")
+    granularity = opt.whole("--granularity-mib", granularity_mib, 1, 1 << 20, "a whole number of MiB >= 1")
+    for path in metrics or []:
+        opt.readable_file("input", path)
+    if cluster is not None:
+        opt.readable_file("--cluster", cluster)
+    from scheduler.sim import advise as advice
+
+    options = advice.Options(threshold, headroom, granularity, policy or advice.DEFAULT_POLICY)
+    report = advice.advise(metrics or [], cluster, options)
+    if chosen == "json":
+        print(json.dumps(advice.as_json(report), indent=2))
+    else:
+        print("\n".join(advice.render(report)))

@@ -4,13 +4,15 @@ Inventory, in order of precedence:
 1. the ``<prefix>inventory`` annotation (written by an agent or by hand), JSON:
    ``{"devices": [{"uuid", "index", "model", "memoryMiB", "smCount", "mode",
    "migInstances": [{"profile", "start", "uuid"}], "migProfiles": [...], "mpsClientLimit",
-   "replicas", "nvlinkPeers": [...], "healthy", "unhealthyReason", "migTaken", "migManaged"}],
+   "replicas", "nvlinkPeers": [...], "healthy", "unhealthyReason", "migTaken", "migManaged",
+   "strayMemoryMiB"}],
    "mpsComputeOversubscriptionPct",
    "timeSlicingMemoryOversubscriptionPct"}`` (a bare list of devices is accepted too).
    ``healthy: false`` with ``unhealthyReason`` keeps new pods off a GPU; on a dynamic-MIG
    GPU ``migTaken`` lists instances made by hand (their slots are occupied) and
-   ``migManaged`` those the node agent created for records. :func:`inventory_annotation`
-   writes this form;
+   ``migManaged`` those the node agent created for records; ``strayMemoryMiB`` is memory
+   held by processes no record on the GPU accounts for (measured by the node agent).
+   :func:`inventory_annotation` writes this form;
 2. NVIDIA GPU feature discovery labels (``nvidia.com/gpu.product``, ``gpu.memory``,
    ``gpu.count``, ``gpu.sharing-strategy``, ``gpu.replicas``, ``mig.strategy`` and the
    ``nvidia.com/mig-<profile>.count`` family);
@@ -68,6 +70,7 @@ DEVICE_KEYS: dict[str, str] = {
     "unhealthyReason": "a string, beside healthy: false",
     "migTaken": "a list of {profile, start, uuid} objects made by hand (dynamic MIG, mode mig)",
     "migManaged": "a list of {profile, start, uuid} objects the node agent made (dynamic MIG, mode mig)",
+    "strayMemoryMiB": "a whole number >= 0: memory held by processes no record accounts for",
 }
 MIG_INSTANCE_KEYS: dict[str, str] = {
     "profile": "a MIG profile of the model, such as 3g.40gb",
@@ -252,6 +255,7 @@ def _from_annotation(
             reason,
             taken,
             managed,
+            _int(name, raw, "strayMemoryMiB", 0, where=where),
         )
         if instances:
             _check_static(name, device, device.mig_instances)
@@ -469,6 +473,8 @@ def inventory_annotation(node: Node) -> str:
         }
         if not d.healthy:
             raw["unhealthyReason"] = d.unhealthy_reason
+        if d.stray_memory_mib:
+            raw["strayMemoryMiB"] = d.stray_memory_mib
         if d.mode is SharingMode.MIG:
             raw["migInstances"] = _instance_json(d.mig_instances)
             raw["migProfiles"] = list(d.mig_allowed)

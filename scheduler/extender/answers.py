@@ -25,7 +25,7 @@ from . import wire
 class Listing:
     """One list of node names as it came, and what is worked out from it once."""
 
-    __slots__ = ("_maps", "_survivors", "_template", "all_known", "layout", "names", "positions", "raw")
+    __slots__ = ("_keys", "_maps", "_survivors", "_template", "all_known", "layout", "names", "positions", "raw")
 
     _MAX_MAPS = 64
     _MAX_SURVIVORS = 32
@@ -37,6 +37,7 @@ class Listing:
         self.all_known = bool(len(positions) == 0 or positions.min() >= 0)
         self.raw: bytes | None = None  # the names as a JSON array, once made
         self._template: wire.HostPriorities | None = None
+        self._keys: np.ndarray | None = None
         self._maps: OrderedDict[Hashable, _Failures] = OrderedDict()
         self._survivors: OrderedDict[bytes, Listing] = OrderedDict()
 
@@ -72,6 +73,16 @@ class Listing:
                 self._template = wire.HostPriorities([wire.host_entry(n) for n in self.names])
         return self._template
 
+    def keys(self, entries: Entries) -> np.ndarray:
+        """Each listed name as a JSON object key (``"name":``)."""
+        if self._keys is None:
+            if self.all_known:
+                self._keys = entries.keys[self.positions]
+            else:
+                self._keys = np.empty(len(self.names), dtype=object)
+                self._keys[:] = [wire.dumps(n) + b":" for n in self.names]
+        return self._keys
+
     def failures(self, key: Hashable) -> _Failures:
         """The failure maps of one kind of pod (``key``) on this list."""
         found = self._maps.get(key)
@@ -85,46 +96,42 @@ class Listing:
 
 
 class _Failures:
-    """FailedNodes and FailedAndUnresolvableNodes of one kind of pod on one list."""
+    """FailedNodes and FailedAndUnresolvableNodes of one kind of pod on one list, as JSON,
+    made again only when an outcome changed (each made at once from arrays of encoded names
+    and reasons, never entry by entry in Python)."""
 
-    __slots__ = ("_json", "maps", "reason", "status")
+    __slots__ = ("encoded", "reason", "status")
 
     def __init__(self, size: int) -> None:
         self.status = np.full(size, -1, dtype=np.int8)
         self.reason = np.zeros(size, dtype=np.int32)
-        self.maps: dict[Status, dict[str, str]] = {Status.UNSCHEDULABLE: {}, Status.UNRESOLVABLE: {}}
-        self._json: dict[Status, bytes | None] = {}
+        self.encoded: tuple[bytes | None, bytes | None] = (None, None)
 
-    def update(self, outcomes: Outcomes, names: Sequence[str]) -> tuple[bytes | None, bytes | None]:
-        """The two maps as JSON (None when empty), after the nodes whose outcome changed."""
-        changed = np.flatnonzero((outcomes.status != self.status) | (outcomes.reason != self.reason))
-        texts = outcomes.texts
-        if len(changed):
-            for i in changed.tolist():
-                name = names[i]
-                old, new = int(self.status[i]), int(outcomes.status[i])
-                if old in self.maps:
-                    self.maps[Status(old)].pop(name, None)
-                    self._json.pop(Status(old), None)
-                if new in self.maps:
-                    self.maps[Status(new)][name] = texts[outcomes.reason[i]]
-                    self._json.pop(Status(new), None)
+    def update(self, outcomes: Outcomes, keys: np.ndarray, texts: np.ndarray) -> tuple[bytes | None, bytes | None]:
+        """The two maps as JSON (None when empty). ``keys``: each listed name as ``"name":``;
+        ``texts``: each reason (by text id) as a JSON string."""
+        if not np.array_equal(outcomes.status, self.status) or not np.array_equal(outcomes.reason, self.reason):
+            self.encoded = (
+                _map(outcomes, Status.UNSCHEDULABLE, keys, texts),
+                _map(outcomes, Status.UNRESOLVABLE, keys, texts),
+            )
             self.status = outcomes.status.copy()
             self.reason = outcomes.reason.copy()
-        return self._encoded(Status.UNSCHEDULABLE), self._encoded(Status.UNRESOLVABLE)
+        return self.encoded
 
-    def _encoded(self, status: Status) -> bytes | None:
-        if status not in self._json:
-            found = self.maps[status]
-            self._json[status] = wire.dumps(found) if found else None
-        return self._json[status]
+
+def _map(outcomes: Outcomes, status: Status, keys: np.ndarray, texts: np.ndarray) -> bytes | None:
+    at = np.flatnonzero(outcomes.status == status)
+    if not len(at):
+        return None
+    return b"{" + b",".join((keys[at] + texts[outcomes.reason[at]]).tolist()) + b"}"
 
 
 class Entries:
     """Per board position, the node's name and its encoded HostPriority (``wire.host_entry``),
     as arrays: a listing's names and prioritize template are gathered from them."""
 
-    __slots__ = ("encoded", "layout", "names")
+    __slots__ = ("encoded", "keys", "layout", "names")
 
     def __init__(self, board: Board) -> None:
         names = board.names()
@@ -133,6 +140,8 @@ class Entries:
         self.names[:] = names
         self.encoded = np.empty(len(names), dtype=object)
         self.encoded[:] = [wire.host_entry(n) for n in names]
+        self.keys = np.empty(len(names), dtype=object)
+        self.keys[:] = [wire.dumps(n) + b":" for n in names]
 
 
 class Answers:
@@ -141,6 +150,20 @@ class Answers:
     def __init__(self) -> None:
         self._slots: dict[str, Listing] = {}
         self._entries: Entries | None = None
+        self._texts: tuple[Sequence[str] | None, np.ndarray] = (None, np.empty(0, dtype=object))
+
+    def texts(self, outcomes: Outcomes) -> np.ndarray:
+        """The board's reasons (by text id) as JSON strings, encoded once each."""
+        known, encoded = self._texts
+        texts = outcomes.texts
+        if known is not texts:  # the board started its table of reasons afresh
+            encoded = np.empty(0, dtype=object)
+        if len(encoded) < len(texts):
+            more = np.empty(len(texts) - len(encoded), dtype=object)
+            more[:] = [wire.dumps(t) for t in texts[len(encoded) :]]
+            encoded = np.concatenate([encoded, more])
+        self._texts = (texts, encoded)
+        return encoded
 
     def entries(self, board: Board) -> Entries:
         """The board's :class:`Entries`, made again when its layout changes."""

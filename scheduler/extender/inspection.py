@@ -47,6 +47,7 @@ def render(data: Any, output: str = "table") -> str:
         rows.extend([row.get(h, "-") for h in headers] for row in _rows(n, wide))
         if not n.get("usable"):
             notes.append(f"{n['name']}: not served until fixed: {n.get('problem')}")
+        notes.extend(f"{n['name']}: {line}" for line in stray_lines(n))
         for pod, reason in (n.get("recordErrors") or {}).items():
             notes.append(f"{n['name']}: allocation record of {pod} rejected: {reason}")
     text = table(headers, rows)
@@ -67,7 +68,7 @@ def _rows(n: Mapping[str, Any], wide: bool) -> list[dict[str, object]]:
     holders: dict[int, list[str]] = {}
     for pod in n.get("pods") or []:
         for share in pod["shares"]:
-            holders.setdefault(share["index"], []).append(pod["pod"] + (" (binding)" if pod.get("inFlight") else ""))
+            holders.setdefault(share["index"], []).append(holder_text(pod, share))
     rows: list[dict[str, object]] = []
     for i, d in enumerate(devices):
         pods = holders.get(d["index"], [])
@@ -86,6 +87,34 @@ def _rows(n: Mapping[str, Any], wide: bool) -> list[dict[str, object]]:
             }
         )
     return rows
+
+
+def holder_text(pod: Mapping[str, Any], share: Mapping[str, Any]) -> str:
+    """A share's holder as ``gpuslice inspect`` lists it: the pod, and where the node agent
+    measures it, used next to allocated (``team-a/x used 3072/8192 MiB, 41 percent``)."""
+    text = str(pod["pod"]) + (" (binding)" if pod.get("inFlight") else "")
+    used = share.get("usedMiB")
+    if used is None:
+        return text
+    text += f" used {used}/{share['memoryMiB']} MiB"
+    if share.get("usedComputeMilli") is not None:
+        text += f", {share['usedComputeMilli'] / 10:g}/{share['computeMilli'] / 10:g} percent"
+    return text + (" OVERRUN" if share.get("overrun") else "")
+
+
+def stray_lines(node: Mapping[str, Any]) -> list[str]:
+    """One line per stray process the node agent reported (and one for the usage annotation's
+    problem, if it has one), for ``gpuslice inspect``."""
+    measured = node.get("measured") or {}
+    if measured.get("problem"):
+        return [f"measured use unreadable: {measured['problem']}"]
+    lines = [
+        f"stray: GPU {s['index']} PID {s['pid']} holds {s['memoryMiB']} MiB: {s['why']}"
+        for s in measured.get("stray", [])
+    ]
+    if measured.get("strayOmitted"):
+        lines.append(f"stray: {measured['strayOmitted']} more processes not listed")
+    return lines
 
 
 def inspect(url: str, node: str | None = None, output: str = "table") -> str:

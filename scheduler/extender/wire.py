@@ -18,6 +18,14 @@ import orjson
 MAX_PRIORITY = 10  # extenderv1.MaxExtenderPriority
 
 
+def go_safe(message: str) -> str:
+    """``message`` as kube-scheduler shows it right: it turns an extender's ``Error`` into an
+    error with ``fmt.Errorf(result.Error)``, where a ``%`` starts a verb
+    (``needs 50%!c(MISSING)ompute``). A ``%`` becomes the full-width ``％``, which reads the
+    same and which no Go format string eats."""
+    return message.replace("%", "\uff05")
+
+
 class WireError(ValueError):
     """A request body that is not what kube-scheduler sends; the message says what was wrong."""
 
@@ -251,7 +259,7 @@ def filter_result(
             b',"FailedAndUnresolvableNodes":',
             unresolvable_json,
             b',"Error":',
-            orjson.dumps(error),
+            orjson.dumps(go_safe(error)),
             b"}",
         )
     )
@@ -328,7 +336,7 @@ def parse_binding(body: bytes) -> BindingArgs:
 
 
 def binding_result(error: str = "") -> bytes:
-    return orjson.dumps({"Error": error})
+    return orjson.dumps({"Error": go_safe(error)})
 
 
 @dataclass(frozen=True, slots=True)

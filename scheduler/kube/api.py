@@ -50,6 +50,7 @@ AGENT_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("list", "", "pods"),
         ("watch", "", "pods"),
         ("create", "", "events"),
+        ("create", "", "pods/eviction"),  # the overrun guard, with overrun.action: evict only
     }
 )
 
@@ -290,6 +291,17 @@ class KubeApi:
         # _preload_content=False (in _raw): reading the answer into the client's model raises on a
         # successful bind (its V1Binding requires a target the answer does not carry).
         self._json("create", "pods/binding", self._core.create_namespaced_pod_binding, name, namespace, dict(body))
+
+    def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """A ``policy/v1`` Eviction, so PodDisruptionBudgets hold (HTTP 429 while a budget
+        allows no disruption); only while the pod's UID is ``uid``."""
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}} if uid else {},
+        }
+        self._json("create", "pods/eviction", self._core.create_namespaced_pod_eviction, name, namespace, body)
 
     def get_node(self, name: str) -> Json:
         return self._json("get", "nodes", self._core.read_node, name)

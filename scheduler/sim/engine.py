@@ -50,6 +50,7 @@ class RunResult:
     wall_seconds: float
     placements: list[tuple[str, str | None]] = field(default_factory=list)  # (pod, node or None), arrivals only
     failed_by_kind: dict[str, int] = field(default_factory=dict)  # dropped pods per kind (share, 1-gpu, ...)
+    gpus_used: int = 0  # GPUs holding at least one share at the end
 
 
 def build_policy(name: str, seed: int, workload: TypicalWorkload, options: dict[str, Any] | None = None) -> Policy:
@@ -184,6 +185,7 @@ def simulate(
         time.perf_counter() - started,
         placements,
         failed_by_kind,
+        sum(1 for s in board.states for u in s.usage if u.shares),
     )
 
 

@@ -116,7 +116,26 @@ AGENT = [
         "cannot load /nonexistent: Invalid kube-config file. No configuration found.",
     ),
 ]
-TABLES = {"serve": SERVE, "inspect": INSPECT, "simulate": SIMULATE, "bound": BOUND, "demo": DEMO, "agent": AGENT}
+ADVISE = [
+    (["--threshold-pct", "abc"], "--threshold-pct 'abc': accepted: a percent in (0, 100]"),
+    (["--threshold-pct", "inf"], "--threshold-pct 'inf': accepted: a percent in (0, 100]"),
+    (["--threshold-pct", "0", HOSTNAME], "--threshold-pct: 0; accepted: a percent in (0, 100]"),
+    (["--headroom-pct", "-1"], "--headroom-pct '-1': accepted: a percent in [0, 1000]"),
+    (["--granularity-mib", "0"], "--granularity-mib '0': accepted: a whole number of MiB >= 1"),
+    (["--policy", "tetris", HOSTNAME], f"--policy: 'tetris'; accepted: {POLICIES}"),
+    (["-o", "xml"], "--output 'xml': accepted: table, json"),
+    (["/nonexistent.json"], "input '/nonexistent.json': no such file"),
+    (["--cluster", "/nonexistent.yaml", HOSTNAME], "--cluster '/nonexistent.yaml': no such file"),
+]
+TABLES = {
+    "serve": SERVE,
+    "inspect": INSPECT,
+    "simulate": SIMULATE,
+    "bound": BOUND,
+    "demo": DEMO,
+    "agent": AGENT,
+    "advise": ADVISE,
+}
 CASES = [(command, args, message) for command, table in TABLES.items() for args, message in table]
 
 

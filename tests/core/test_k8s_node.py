@@ -150,7 +150,7 @@ def inventory(devices: list[dict[str, Any]], **node_keys: Any) -> dict[str, Any]
 H100 = {"uuid": "GPU-a", "index": 0, "model": "H100-80GB"}
 DEVICE_KEYS_TEXT = (
     "accepted keys: uuid, index, model, memoryMiB, smCount, mode, migInstances, migProfiles, mpsClientLimit, "
-    "replicas, nvlinkPeers, healthy, unhealthyReason, migTaken, migManaged"
+    "replicas, nvlinkPeers, healthy, unhealthyReason, migTaken, migManaged, strayMemoryMiB"
 )
 
 
@@ -266,6 +266,7 @@ def test_every_accepted_key_is_read() -> None:
         "unhealthyReason": "XID 79",
         "migTaken": [],
         "migManaged": [],
+        "strayMemoryMiB": 512,
     }
     assert set(mig) == set(DEVICE_KEYS) and set(mig["migInstances"][0]) == set(MIG_INSTANCE_KEYS)
     body = {"devices": [{**H100, "nvlinkPeers": [1]}, mig], "mpsComputeOversubscriptionPct": 150}
@@ -275,5 +276,5 @@ def test_every_accepted_key_is_read() -> None:
     device = parsed.devices[1]
     assert (device.uuid, device.model.name, device.mode, device.mps_client_limit) == ("GPU-m", "A100-80GB", "mig", 8)
     assert device.mig_instances[0].uuid == "MIG-m-3g" and device.mig_allowed == ("3g.40gb",)
-    assert (device.healthy, device.unhealthy_reason) == (False, "XID 79")
+    assert (device.healthy, device.unhealthy_reason, device.stray_memory_mib) == (False, "XID 79", 512)
     assert parsed.linked(0, 1) and (parsed.mps_compute_oversub_pct, parsed.ts_memory_oversub_pct) == (150, 200)

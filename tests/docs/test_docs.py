@@ -106,7 +106,10 @@ def gpuslice_names() -> set[str]:
     webhook = find("MutatingWebhookConfiguration", "gpuslice")["webhooks"][0]["namespaceSelector"]
     labels = {e["key"].removeprefix("gpuslice.io/") for e in webhook["matchExpressions"]}
     resource = DEFAULT_RESOURCE.removeprefix("gpuslice.io/")
-    return set(REQUEST_KEYS) | set(SELECTOR_KEYS) | set(OUTPUT_KEYS) | labels | {resource}
+    names = set(REQUEST_KEYS) | set(SELECTOR_KEYS) | set(OUTPUT_KEYS) | labels | {resource}
+    for source in (REPO / "scheduler").rglob("*.py"):  # and every prefix + "name" the code reads or writes
+        names |= set(re.findall(r"prefix \+ \"([a-z][a-z0-9-]*)\"", source.read_text(encoding="utf-8")))
+    return names
 
 
 @pytest.mark.parametrize("path", DOCUMENTS, ids=name)

@@ -22,7 +22,8 @@ second Binding, ``410`` for a compacted resourceVersion, and faults injected on 
         api.requests             # [(verb, resource, name)] in order; api.count(verb, resource)
 
 Verbs are the RBAC verbs (list, watch, get, create, update, patch, delete); resources are
-``nodes``, ``pods``, ``pods/binding`` and ``configmaps``. Changes made through the Python
+``nodes``, ``pods``, ``pods/binding``, ``pods/eviction`` (policy/v1; ``api.evictions`` lists the
+bodies accepted) and ``configmaps``. Changes made through the Python
 methods (``put_*``, ``delete_*``, ``set_pod_phase``) produce watch events like API writes,
 and are not counted in ``served``. Merge and strategic-merge patches are both applied as
 JSON merge patches (enough for maps such as annotations).
@@ -190,6 +191,7 @@ class FakeApiServer:
         self._connections: set[socket.socket] = set()
         self.requests: list[tuple[str, str, str]] = []
         self.authorizations: set[str] = set()  # the Authorization headers seen ("" for none)
+        self.evictions: list[Json] = []  # the Eviction bodies accepted
         self._server = ThreadingHTTPServer((host, port), _Handler)
         self._server.daemon_threads = True
         self._server.fake = self  # type: ignore[attr-defined]
@@ -519,6 +521,21 @@ class FakeApiServer:
             self._store("pods", merge_patch(pod, patch), "MODIFIED")
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
+    def evict(self, namespace: str, name: str, body: Json) -> Json:
+        """A policy/v1 Eviction with no PodDisruptionBudget in the way: the pod is deleted (a
+        budget that refuses is a fault: ``fault("create", "pods/eviction", status=429)``)."""
+        with self._lock:
+            pod = self._require("pods", f"{namespace}/{name}")
+            if body.get("apiVersion") != "policy/v1" or body.get("kind") != "Eviction":
+                raise ApiFailure(400, "expected a policy/v1 Eviction", "BadRequest")
+            uid = ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
+            actual = pod["metadata"].get("uid")
+            if uid and uid != actual:
+                raise ApiFailure(409, f"Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}")
+            self.evictions.append(body)
+            self._store("pods", pod, "DELETED")
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
     def delete(self, resource: str, namespace: str, name: str) -> Json:
         with self._lock:
             old = self._require(resource, f"{namespace}/{name}")
@@ -650,6 +667,8 @@ class _Handler(BaseHTTPRequestHandler):
         resource, name = parts[0], parts[1] if len(parts) > 1 else ""
         if len(parts) == 3 and resource == "pods" and parts[2] == "binding" and method == "POST":
             return "create", "pods/binding", namespace, name
+        if len(parts) == 3 and resource == "pods" and parts[2] == "eviction" and method == "POST":
+            return "create", "pods/eviction", namespace, name
         if len(parts) > 2:
             raise ApiFailure(404, f"the server could not find the requested resource {'/'.join(parts)!r}")
         if not name:
@@ -704,6 +723,8 @@ class _Handler(BaseHTTPRequestHandler):
                 result = copy.deepcopy(fake._require(resource, key))
         elif verb == "create" and resource == "pods/binding":
             result = fake.bind(ns, name, body or {})
+        elif verb == "create" and resource == "pods/eviction":
+            result = fake.evict(ns, name, body or {})
         elif verb == "create" and resource == "configmaps":
             result = fake.create_configmap(ns, body or {})
         elif verb == "create" and resource == "pods":
