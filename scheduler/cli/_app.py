@@ -10,6 +10,7 @@ never a traceback. Anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -53,6 +54,11 @@ def reported(name: str, fn: F) -> F:
         except GpusliceError as exc:
             print(f"gpuslice {name}: {exc}", file=sys.stderr)
             raise typer.Exit(getattr(exc, "exit_code", EXIT_USAGE)) from None
+        except BrokenPipeError:
+            # The reader went away (gpuslice inspect | head): nothing to report, nothing more to
+            # write; stdout goes nowhere, so that flushing it at exit does not fail again.
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (open until the process ends)
+            raise typer.Exit(0) from None
         except OSError as exc:
             print(f"gpuslice {name}: {os_error_text(exc)}", file=sys.stderr)
             raise typer.Exit(EXIT_USAGE) from None

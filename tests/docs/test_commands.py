@@ -127,3 +127,12 @@ def test_gpuslice_demo_plays_the_same_demo_and_exits() -> None:
 def test_the_help_the_benchmark_times_prints(args: list[str]) -> None:
     done = gpuslice(*args)
     assert done.returncode == 0 and done.stdout.startswith("Usage: gpuslice"), done.stderr
+
+
+def test_inspect_into_a_reader_that_stops_early_says_nothing(served: tuple[str, list[str]], tmp_path: Path) -> None:
+    # gpuslice inspect | head: the pipe closes before inspect writes; that is no error to report
+    url, _ = served
+    errors = tmp_path / "stderr"
+    command = f"{shlex.quote(str(SCRIPT))} inspect --url {url} -o yaml 2>{shlex.quote(str(errors))} | true"
+    subprocess.run(command, shell=True, check=False, timeout=60)
+    assert errors.read_text() == ""
