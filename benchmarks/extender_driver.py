@@ -231,7 +231,26 @@ class Cluster:
     pending: list[dict[str, Any]]  # what the scheduler will schedule, in arrival order
 
 
-def write_cluster(path: Path, nodes: int, pods: int, seed: int, mix: str = "project", fill: float = 0.0) -> Cluster:
+def bound_pod(state: NodeState, name: str, rng: random.Random, mix: Any) -> tuple[NodeState, dict[str, Any] | None]:
+    """A pod of ``mix`` bound on ``state``'s node as a gpuslice bind leaves it, if it fits."""
+    pod = make_pod(name, mix(rng), rng.randint(1, 4), rng.randint(1, 16))
+    found = fit(parse_pod(pod).demand, state)
+    if not found:
+        return state, None
+    alloc = found.allocations[0]
+    state = state.apply(f"bench/{name}", alloc)
+    pod["metadata"]["annotations"].update(record_annotations(alloc, PREFIX, "bound", "2025-01-01T00:00:00Z"))
+    pod["spec"]["nodeName"] = state.node.name
+    pod["status"] = {"phase": "Running"}
+    return state, pod
+
+
+def write_cluster(
+    path: Path, nodes: int, pods: int, seed: int, mix: str = "project", fill: float = 0.0, running_pods: int = 0
+) -> Cluster:
+    """Nodes; with ``fill``, pods bound on each until that share of its GPU is allocated; with
+    ``running_pods``, that many bound pods spread over the nodes one at a time; then ``pods``
+    pending ones."""
     rng = random.Random(seed)
     shapes = MIXES[mix]
     inventories = [node_inventory(i, rng) for i in range(nodes)]
@@ -242,6 +261,21 @@ def write_cluster(path: Path, nodes: int, pods: int, seed: int, mix: str = "proj
         for obj, inv in zip(node_list, inventories, strict=True):
             state = NodeState.empty(core_node(obj["metadata"]["name"], inv))
             running.extend(fill_node(state, fill, rng, shapes, serial))
+    if running_pods:
+        states = [
+            NodeState.empty(core_node(o["metadata"]["name"], inv))
+            for o, inv in zip(node_list, inventories, strict=True)
+        ]
+        placed_in_round = 1
+        while len(running) < running_pods and placed_in_round:
+            placed_in_round = 0
+            for i in range(len(states)):
+                if len(running) >= running_pods:
+                    break
+                states[i], pod = bound_pod(states[i], f"run-{len(running):07d}", rng, shapes)
+                if pod is not None:
+                    running.append(pod)
+                    placed_in_round += 1
     pending = [make_pod(f"pod-{i:06d}", shapes(rng), rng.choice([1, 2, 4]), 8) for i in range(pods)]
     path.write_bytes(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": node_list + running + pending}))
     return Cluster(node_list, running, pending)
@@ -341,17 +375,35 @@ def noop_app() -> Any:
 # ---------------------------------------------------------------- reading answers cheaply
 
 
+class ServerClosed(RuntimeError):
+    """The server closed the connection."""
+
+
 class Connection:
     """One keep-alive HTTP/1.1 connection on a raw socket: kube-scheduler's Go client costs
     next to nothing, so the load generator must not either (http.client parses every
     response's headers with the email package)."""
 
     def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.port = port
+        self._connect()
+
+    def _connect(self) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", self.port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buffer = b""
 
     def post(self, path: bytes, body: bytes) -> bytes:
+        try:
+            return self._post(path, body)
+        except (ConnectionError, ServerClosed):
+            # The server closed a keep-alive connection left idle: a new one, and the request again
+            # (as Go's client does for a request whose connection was closed before any answer).
+            self.sock.close()
+            self._connect()
+            return self._post(path, body)
+
+    def _post(self, path: bytes, body: bytes) -> bytes:
         head = b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
         self.sock.sendall(head % (path, len(body)) + body)
         while (end := self.buffer.find(b"\r\n\r\n")) < 0:
@@ -371,7 +423,7 @@ class Connection:
     def _read(self) -> None:
         chunk = self.sock.recv(1 << 20)
         if not chunk:
-            raise RuntimeError("the server closed the connection")
+            raise ServerClosed("the server closed the connection")
         self.buffer += chunk
 
     def close(self) -> None:
@@ -586,9 +638,16 @@ class KubeScheduler:
             return b'{"Pod":' + pod + b',"Nodes":null,"NodeNames":' + listed + b"}"
         return b'{"Pod":' + pod + b',"Nodes":' + listed + b',"NodeNames":null}'
 
-    def run(self, pods: Sequence[dict[str, Any]], warmup: int, server: int | None = None) -> Result:
+    def run(
+        self,
+        pods: Sequence[dict[str, Any]],
+        warmup: int,
+        server: int | None = None,
+        every: tuple[int, Any] | None = None,
+    ) -> Result:
         """Schedule ``pods`` (in order; failed ones again) until every pod is bound or has been
-        retried, measuring after ``warmup`` attempts. ``server``: its pid, for its CPU."""
+        retried, measuring after ``warmup`` attempts. ``server``: its pid, for its CPU;
+        ``every``: (n, call) to call ``call(cycles)`` every n cycles."""
         encoded = [orjson.dumps(p) for p in pods]
         requests = [self._requests(p) for p in pods]
         binds = [
@@ -657,6 +716,8 @@ class KubeScheduler:
                     driver0 = time.process_time()
                 pod = active.popleft()
                 cycles += 1
+                if every is not None and cycles % every[0] == 0:
+                    every[1](cycles)
                 chosen = self.feasible(requests[pod])
                 listed = self.listed(chosen)
                 t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""``gpuslice simulate``, ``gpuslice bound`` and ``gpuslice advise``: the simulator face.
+"""``gpuslice simulate``, ``bound``, ``advise``, ``sweep`` and ``report``: the simulator face.
 
 Numbers, files and folders arrive as text and are checked here (:mod:`._options`) before any
 input is read or any run starts; the face checks what only it knows (policy names, the
@@ -7,6 +7,7 @@ form of ``--seeds``, replay modes).
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -181,3 +182,65 @@ def advise(
         print(json.dumps(advice.as_json(report), indent=2))
     else:
         print("\n".join(advice.render(report)))
+
+
+EXIT_FAILED_MAX = 100  # the exit status of a sweep is the number of failed runs, up to this
+
+
+def _unwind(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+@command("sweep")
+def sweep(
+    file: Annotated[Path, typer.Argument(help="The sweep description (YAML): inputs, policies, seeds, ...")],
+    out: Annotated[
+        Path | None, typer.Option(help="Results folder: the store (runs/) and the report (default: the file's out:).")
+    ] = None,
+    data: Annotated[
+        Path | None, typer.Option(help="Folder the inputs are relative to (default: the file's data:).")
+    ] = None,
+    reference: Annotated[
+        Path | None, typer.Option(help="The paper's curves (fgd_expected_results); default: the file's reference:.")
+    ] = None,
+    executor: Annotated[
+        str | None,
+        typer.Option(help="local, local:N, dask-local:N or dask://HOST:PORT (default: local, all cores)."),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+) -> None:
+    """Run a grid of simulations (resumable: stored runs are skipped), then report it.
+
+    Each run's result is stored in OUT/runs/ the moment it ends; started again, the sweep runs only
+    what is missing (and what failed). The exit status is the number of failed runs (at most 100).
+    """
+    opt.readable_file("input", file)
+    for option, folder in (("--data", data), ("--reference", reference)):
+        if folder is not None:
+            opt.readable_folder(option, folder)
+    if out is not None:
+        opt.writable_folder("--out", out)
+    from scheduler.sim import commands
+
+    # A stopped sweep (kill, a pod's termination) leaves its cluster and workers closed: SIGTERM
+    # unwinds like Ctrl-C, through the executor's clean-up. Stored runs are kept either way.
+    signal.signal(signal.SIGTERM, _unwind)
+    failed = commands.sweep(file, data, out, reference, executor, quiet)
+    if failed:
+        raise typer.Exit(min(failed, EXIT_FAILED_MAX))
+
+
+@command("report")
+def report(
+    out: Annotated[Path, typer.Argument(help="A sweep's results folder.")],
+    reference: Annotated[
+        Path | None, typer.Option(help="The paper's curves (default: the sweep's reference, if still there).")
+    ] = None,
+) -> None:
+    """Remake a sweep's tables and plots from its store alone (runs nothing)."""
+    opt.readable_folder("input", out)
+    if reference is not None:
+        opt.readable_folder("--reference", reference)
+    from scheduler.sim import commands
+
+    commands.report(out, reference)

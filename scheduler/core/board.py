@@ -27,6 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from itertools import repeat
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -117,14 +118,16 @@ class _ReasonTable:
 
 class _Hosting:
     """What each device state (by id, see ``Board._devs``) answers one GPU request: whether
-    the request's selectors allow the GPU, whether it can take one share, and if not why."""
+    the request's selectors allow the GPU, whether it can take one share, and if not why;
+    worked out only for the device states of the nodes asked about."""
 
-    __slots__ = ("allowed", "hosts", "refusals")
+    __slots__ = ("allowed", "hosts", "known", "refusals")
 
     def __init__(self) -> None:
-        self.allowed = np.zeros(1, dtype=bool)  # id 0: no device
+        self.known = np.ones(1, dtype=bool)  # id 0: no device
+        self.allowed = np.zeros(1, dtype=bool)
         self.hosts = np.zeros(1, dtype=bool)
-        self.refusals: list[Refusal | None] = [None]
+        self.refusals: dict[int, Refusal] = {}  # the device states asked about that refuse
 
     def grow(self, size: int) -> None:
         """Nothing to do: :meth:`Board._hosted` works out device states as they appear."""
@@ -175,10 +178,15 @@ class _Ids:
         return len(self.values)
 
 
+def _signature(kind: int, state: NodeState) -> Hashable:
+    """What a node's score can depend on (see Reads): nodes with equal signatures score alike."""
+    return (kind, state.usage, state.cpu_milli, state.memory_mib, len(state.pods))
+
+
 class Board:
-    _MAX_TABLES = 512
+    _MAX_TABLES = 128  # per kind of table; a score table is about 36 bytes per node
     _MAX_TEXTS = 100_000
-    _MAX_SIGNATURES = 1_000_000
+    _ID_SLACK = 4096  # ids past four per node (per GPU) and this many: numbered again
 
     def __init__(self, states: Iterable[NodeState] = (), order: Mapping[str, int] | None = None) -> None:
         self._order = dict(order or {})
@@ -258,8 +266,7 @@ class Board:
 
     def positions(self, names: Sequence[str]) -> np.ndarray:
         """Each name's position (``-1`` if unknown); stable until :attr:`layout` changes."""
-        index = self._index
-        return np.fromiter((index.get(n, -1) for n in names), dtype=np.int64, count=len(names))
+        return np.fromiter(map(self._index.get, names, repeat(-1)), dtype=np.int64, count=len(names))
 
     def put(self, state: NodeState) -> None:
         """Add a node or replace its state."""
@@ -343,13 +350,26 @@ class Board:
         self._room[i] = state.node.max_pods - len(state.pods)
         kind = self._kinds.of(state.node.kind)
         self._kind[i] = kind
-        if len(self._signatures) > self._MAX_SIGNATURES:  # ids are never reused: start the tables afresh
-            self._signatures = _Ids()
-            for table in self._scores.values():
-                table.by_signature.clear()
-        self._signature[i] = self._signatures.of(
-            (kind, state.usage, state.cpu_milli, state.memory_mib, len(state.pods))
-        )
+        self._signature[i] = self._signatures.of(_signature(kind, state))
+        slack = self._ID_SLACK
+        if len(self._signatures) > 4 * self._size + slack or len(self._dev_ids) > 4 * self._devs.size + slack:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Number the node signatures and device states again from those in use: states come
+        and go with every bind, and the tables of ids would otherwise grow for ever. What was
+        worked out per id goes with them."""
+        self._signatures = _Ids()
+        self._dev_ids = _Ids()
+        self._dev_ids.of(None)
+        self._dev_states = [None]
+        self._hosting.clear()
+        for table in self._scores.values():
+            table.by_signature.clear()
+        for i, state in enumerate(self._states):
+            if state is not None:
+                self._signature[i] = self._signatures.of(_signature(int(self._kind[i]), state))
+                self._set_devices(i, state)
 
     def _set_devices(self, i: int, state: NodeState) -> None:
         node = state.node
@@ -368,23 +388,29 @@ class Board:
             if found == known:
                 states.append((node, device, usage))
 
-    def _hosted(self, gpu: GpuRequest) -> _Hosting:
-        """The :class:`_Hosting` of ``gpu``, brought up to every device state known."""
+    def _hosted(self, gpu: GpuRequest, rows: np.ndarray) -> _Hosting:
+        """The :class:`_Hosting` of ``gpu``, worked out for the device states in ``rows``."""
         table = self._kept(self._hosting, gpu, lambda _size: _Hosting())
-        start = len(table.refusals)
         total = len(self._dev_ids)
-        if start < total:
-            allowed, hosts = np.zeros(total - start, dtype=bool), np.zeros(total - start, dtype=bool)
-            for k, entry in enumerate(self._dev_states[start:]):
+        extra = total - len(table.known)
+        if extra > 0:
+            table.known = np.concatenate([table.known, np.zeros(extra, dtype=bool)])
+            table.allowed = np.concatenate([table.allowed, np.zeros(extra, dtype=bool)])
+            table.hosts = np.concatenate([table.hosts, np.zeros(extra, dtype=bool)])
+        unknown = ~table.known[rows]
+        if unknown.any():
+            for device_id in set(rows[unknown].tolist()):
+                entry = self._dev_states[device_id]
                 assert entry is not None
                 node, device, usage = entry
-                allowed[k] = gpu.allows_model(device.model.name) and gpu.allows_mode(device.mode)
+                allowed = gpu.allows_model(device.model.name) and gpu.allows_mode(device.mode)
                 result = device_share(gpu, node, device, usage)
                 refused = result if isinstance(result, Refusal) else None
-                hosts[k] = refused is None
-                table.refusals.append(refused)
-            table.allowed = np.concatenate([table.allowed, allowed])
-            table.hosts = np.concatenate([table.hosts, hosts & allowed])
+                table.allowed[device_id] = allowed
+                table.hosts[device_id] = allowed and refused is None
+                if refused is not None:
+                    table.refusals[device_id] = refused
+                table.known[device_id] = True
         return table
 
     def _gpu_fits(self, gpu: GpuRequest, positions: np.ndarray) -> np.ndarray:
@@ -392,16 +418,17 @@ class Board:
         if gpu.kind is GpuKind.NONE:
             fits: np.ndarray = self._kind[positions] >= 0
             return fits
-        hosts = self._hosted(gpu).hosts
-        counts = hosts[self._devs[positions]].sum(axis=1)
+        rows = self._devs[positions]
+        counts = self._hosted(gpu, rows).hosts[rows].sum(axis=1)
         enough: np.ndarray = counts >= max(1, gpu.count)
         return enough
 
     def _gpu_reasons(self, gpu: GpuRequest, positions: np.ndarray) -> np.ndarray:
         """Text ids of why ``gpu`` does not fit on each of ``positions`` (nodes with a state
         where it does not): fit's own reason, asked once per node kind and row of device states."""
-        table = self._hosted(gpu)
-        rows = np.column_stack([self._kind[positions].astype(np.int64), self._devs[positions]])
+        devices = self._devs[positions]
+        table = self._hosted(gpu, devices)
+        rows = np.column_stack([self._kind[positions].astype(np.int64), devices])
         unique, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
         texts = np.zeros(len(unique), dtype=np.int32)
         for u in range(len(unique)):
@@ -412,7 +439,7 @@ class Board:
             for device_id in unique[u, 1 : 1 + len(state.node.devices)].tolist():
                 if not table.allowed[device_id]:
                     continue
-                refused = table.refusals[device_id]
+                refused = table.refusals.get(device_id)
                 if refused is None:
                     options += 1
                 else:
@@ -491,16 +518,21 @@ class Board:
             at = work
         else:
             memo = table.by_signature
-            if len(memo) > 4 * self._size + 1024:
+            if len(memo) > self._size // 2 + 256:
                 memo.clear()
-            signatures, first, inverse = np.unique(self._signature[work], return_index=True, return_inverse=True)
+            slots: dict[int, int] = {}  # signature -> its place in scored
             scored = []
-            for sig, j in zip(signatures.tolist(), first.tolist(), strict=True):
-                found = memo.get(sig)
-                if found is None:
-                    found = memo[sig] = score_node(policy, demand, self._state(int(work[j])))
-                scored.append(found)
-            at = inverse.reshape(-1)
+            places = []
+            for sig, i in zip(self._signature[work].tolist(), work.tolist(), strict=True):
+                place = slots.get(sig)
+                if place is None:
+                    found = memo.get(sig)
+                    if found is None:
+                        found = memo[sig] = score_node(policy, demand, self._state(i))
+                    place = slots[sig] = len(scored)
+                    scored.append(found)
+                places.append(place)
+            at = np.array(places, dtype=np.int64)
         values = np.empty(len(scored))
         moves = np.empty((2, len(scored)), dtype=np.int64)
         for k, result in enumerate(scored):
@@ -603,8 +635,8 @@ class Board:
             self._never.move_to_end(key)
         kinds = self._kind[positions]
         has = kinds >= 0
-        missing = np.unique(kinds[has][by_kind[kinds[has]] < 0])
-        for kind in missing.tolist():
+        missing = set(kinds[has][by_kind[kinds[has]] < 0].tolist())
+        for kind in missing:
             j = int(np.flatnonzero(kinds == kind)[0])
             state = self._states[int(positions[j])]
             assert state is not None

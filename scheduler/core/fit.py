@@ -123,14 +123,16 @@ def _work_out(gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage) -
     return _Share(memory, compute) if problem is None else problem
 
 
+_entries = [0]  # answers kept in _SHARES, over every request
+
+
 def _table(gpu: GpuRequest) -> dict[tuple[Any, ...], _Share | Refusal]:
     table = _SHARES.get(gpu)
     if table is None:
-        if len(_SHARES) > _TABLE_LIMIT // 64:
+        if _entries[0] > _TABLE_LIMIT or len(_SHARES) > _TABLE_LIMIT // 64:
             _SHARES.clear()
+            _entries[0] = 0
         table = _SHARES[gpu] = {}
-    elif len(table) > _TABLE_LIMIT:
-        table.clear()
     return table
 
 
@@ -150,6 +152,7 @@ def device_share(
     found = known.get(key)
     if found is None:
         found = known[key] = _work_out(gpu, node, device, usage)
+        _entries[0] += 1
     if isinstance(found, Refusal):
         return found
     uuid = device.uuid

@@ -4,10 +4,10 @@ kube-scheduler sends filter the same list of node names pod after pod, and prior
 names filter passed. Worked out once per list, and kept while the board's ``layout`` (which
 names sit at which positions) stays: each name's board position, the list's JSON, the
 prioritize answer's template, the lists of survivors filter passed from it. Per list and
-kind of pod, the FailedNodes and FailedAndUnresolvableNodes maps are kept as dicts and JSON
-and brought up to date from the board's outcomes, so only nodes whose outcome changed are
-touched. Nothing here decides anything: every answer is made from the board's outcomes and
-scores of the call.
+kind of pod, the FailedNodes and FailedAndUnresolvableNodes maps are kept as JSON and made
+again only when an outcome changed. The NodeNames arrays met lately are kept as their bytes
+(:class:`NameLists`), so that a body listing them again is not decoded again. Nothing here
+decides anything: every answer is made from the board's outcomes and scores of the call.
 """
 
 from __future__ import annotations
@@ -20,6 +20,50 @@ import numpy as np
 from scheduler.core.board import Board, Outcomes, Status
 
 from . import wire
+
+
+class NameLists:
+    """The NodeNames arrays met lately, each as its JSON bytes and as the list of names.
+
+    kube-scheduler sends filter the same 5,000 names for pod after pod, and prioritize the
+    names filter passed: comparing bytes is far cheaper than decoding them again, and the
+    same list object then lets the service recognise the list at once. Not thread-safe:
+    the verbs that use it run on the event loop.
+    """
+
+    __slots__ = ("_lists", "_size")
+
+    def __init__(self, size: int = 4) -> None:
+        self._size = size
+        self._lists: list[tuple[bytes, list[str]]] = []  # most recent first
+
+    def find(self, raw: bytes) -> list[str] | None:
+        """The names of the array encoded as ``raw``, if met lately."""
+        for i, (seen, names) in enumerate(self._lists):
+            if seen == raw:
+                self._to_front(i)
+                return names
+        return None
+
+    def encode(self, names: list[str], raw: bytes | None = None) -> bytes:
+        """``names`` as a JSON array (``raw`` if given, else encoded), remembered as the most
+        recent; the very list object is looked for first, and keeps the bytes it came with."""
+        for i, (seen, known) in enumerate(self._lists):
+            if known is names:
+                self._to_front(i)
+                return seen
+        if raw is None:
+            raw = wire.dumps(names)
+        self.remember(raw, names)
+        return raw
+
+    def remember(self, raw: bytes, names: list[str]) -> None:
+        self._lists.insert(0, (raw, names))
+        del self._lists[self._size :]
+
+    def _to_front(self, i: int) -> None:
+        if i:
+            self._lists.insert(0, self._lists.pop(i))
 
 
 class Listing:

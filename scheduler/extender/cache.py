@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,7 @@ class Claim:
     uid: str
     node: str
     record: str
+    allocation: Allocation
     until: float | None = None
 
 
@@ -70,11 +72,34 @@ def usage_text(obj: Mapping[str, Any], prefix: str) -> str:
     return text if isinstance(text, str) else ""
 
 
-def _same(key: str, a: str, b: str) -> bool:
-    try:
-        return decode_record(a, key) == decode_record(b, key)
-    except RecordError:
-        return False
+def _slim(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What the extender reads of a pod (its identity, annotations, node, phase, and each
+    container's resources): at 50,000 pods the rest (images, environment, volumes, status
+    conditions, managed fields) was most of the service's memory."""
+    meta = obj.get("metadata")
+    spec = obj.get("spec")
+    status = obj.get("status")
+    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
+        return obj  # malformed: kept whole, so that parsing it says what is wrong
+    slim_spec: dict[str, Any] = {}
+    for field_name in ("nodeName", "schedulerName"):
+        if field_name in spec:
+            slim_spec[field_name] = spec[field_name]
+    for field_name in ("containers", "initContainers"):
+        listed = spec.get(field_name)
+        if isinstance(listed, list):
+            slim_spec[field_name] = [
+                {k: c[k] for k in ("name", "resources") if k in c} if isinstance(c, Mapping) else c for c in listed
+            ]
+        elif listed is not None:
+            slim_spec[field_name] = listed
+    out: dict[str, Any] = {
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "annotations") if k in meta},
+        "spec": slim_spec,
+    }
+    if isinstance(status, Mapping) and "phase" in status:
+        out["status"] = {"phase": status["phase"]}
+    return out
 
 
 class ClusterCache:
@@ -93,6 +118,9 @@ class ClusterCache:
         self._claims: dict[str, Claim] = {}  # pod key -> what this process counts for it
         self._counted: dict[str, tuple[str, str]] = {}  # pod key -> (node, record) counted
         self._uids: dict[str, str] = {}  # uid -> pod key
+        # Records decoded lately, by their text: a bind's record is read by its claim, its
+        # counting, the watch event that confirms it and the next bind on its node.
+        self._decoded: OrderedDict[str, Allocation] = OrderedDict()
 
     # ------------------------------------------------------------ events
 
@@ -136,7 +164,7 @@ class ClusterCache:
             del self._uids[old.uid]
         want: tuple[str, str] | None = None
         if obj is not None:
-            pod = PodView(uid_of(obj), node_of(obj), holding_record(obj, self.prefix), obj)
+            pod = PodView(uid_of(obj), node_of(obj), holding_record(obj, self.prefix), _slim(obj))
             self.pods[key] = pod
             if pod.uid:
                 self._uids[pod.uid] = key
@@ -172,7 +200,8 @@ class ClusterCache:
             if pod is not None and pod.holding is not None:
                 return  # the watch already shows it bound
             text = encode_record(alloc)
-            self._claims[key] = Claim(uid, alloc.node, text, until)
+            self._remember(text, alloc)
+            self._claims[key] = Claim(uid, alloc.node, text, alloc, until)
             self._count(key, (alloc.node, text))
 
     def unreserve(self, key: str) -> None:
@@ -213,11 +242,30 @@ class ClusterCache:
 
     # ------------------------------------------------------------ node states
 
+    def decode(self, text: str, key: str) -> Allocation:
+        """:func:`decode_record`, remembered by text (RecordError as it raises)."""
+        found = self._decoded.get(text)
+        if found is None:
+            found = decode_record(text, key)
+            self._remember(text, found)
+        return found
+
+    def _remember(self, text: str, alloc: Allocation) -> None:
+        self._decoded[text] = alloc
+        if len(self._decoded) > 4096:
+            self._decoded.popitem(last=False)
+
+    def _same(self, key: str, a: str, b: str) -> bool:
+        try:
+            return self.decode(a, key) == self.decode(b, key)
+        except RecordError:
+            return False
+
     def _count(self, key: str, want: tuple[str, str] | None) -> None:
         have = self._counted.get(key)
         if have == want:
             return
-        if have is not None and want is not None and have[0] == want[0] and _same(key, have[1], want[1]):
+        if have is not None and want is not None and have[0] == want[0] and self._same(key, have[1], want[1]):
             # the watch shows the allocation this process applied (its record now has a timestamp):
             # keep the node state, so nothing is scored again
             view = self.nodes.get(want[0])
@@ -256,7 +304,7 @@ class ClusterCache:
             state = self.board.get(name)
             if state is not None and not view.errors:
                 try:
-                    self.board.put(state.apply(key, decode_record(text, key)))
+                    self.board.put(state.apply(key, self.decode(text, key)))
                     return
                 except RecordError:
                     pass  # rebuild below reports it, with every other conflict

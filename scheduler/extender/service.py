@@ -19,7 +19,7 @@ import numpy as np
 
 from scheduler import logs
 from scheduler.backend import Backend, PodRef
-from scheduler.core.allocation import Allocation, decode_record
+from scheduler.core.allocation import Allocation
 from scheduler.core.board import Status
 from scheduler.core.errors import RecordError, RequestError
 from scheduler.core.fit import fit
@@ -30,7 +30,7 @@ from scheduler.core.select import evaluate
 from scheduler.core.state import rebuild
 
 from . import wire
-from .answers import Answers, Listing, tally
+from .answers import Answers, Listing, NameLists, tally
 from .cache import ClusterCache
 from .config import ServeConfig
 from .debug import DeviceRow, describe, device_rows
@@ -62,7 +62,7 @@ class Extender:
         self._seen: OrderedDict[str, None] = OrderedDict()  # pods the policies were told of
         self.metrics = Metrics(self._device_rows, self.cache.unusable)
         self.answers = Answers()
-        self.names = wire.NameLists()  # NodeNames arrays met lately, for parse_args and the answers
+        self.names = NameLists()  # NodeNames arrays met lately, for parse_args and the answers
         self.synced = False  # the first full sync is in (the verbs answer "not ready" before)
 
     def start(self) -> None:
@@ -293,13 +293,12 @@ class Extender:
                     )
                 for k, text in sorted(held.items()):
                     with contextlib.suppress(RecordError):  # a hold that no longer fits loses to the records
-                        state = state.apply(k, decode_record(text, k))
+                        state = state.apply(k, cache.decode(text, k))
             placed = None
             if mine is not None and mine.node == args.node:  # the share held for it, if it is still free
                 with contextlib.suppress(RecordError):
-                    alloc = decode_record(mine.record, key)
-                    state.apply(key, alloc)
-                    placed = alloc
+                    state.apply(key, mine.allocation)
+                    placed = mine.allocation
             if placed is None:
                 found = evaluate(policy, request.demand, state)
                 if isinstance(found, str):

@@ -127,7 +127,24 @@ ADVISE = [
     (["/nonexistent.json"], "input '/nonexistent.json': no such file"),
     (["--cluster", "/nonexistent.yaml", HOSTNAME], "--cluster '/nonexistent.yaml': no such file"),
 ]
+SWEEP = [
+    (["/nonexistent.yaml"], "input '/nonexistent.yaml': no such file"),
+    (
+        [HOSTNAME, "--executor", "bogus"],
+        "--executor 'bogus': accepted: local, local:N, dask-local:N or dask://HOST:PORT",
+    ),
+    ([HOSTNAME, "--executor", "local:0"], "--executor 'local:0': the number of workers must be 1 or more"),
+    ([HOSTNAME, "--out", HOSTNAME], f"--out '{HOSTNAME}': exists and is not a folder"),
+    ([HOSTNAME, "--data", "/nonexistent"], "--data '/nonexistent': no such folder"),
+    ([HOSTNAME, "--reference", "/nonexistent"], "--reference '/nonexistent': no such folder"),
+]
+REPORT = [
+    (["/nonexistent"], "input '/nonexistent': no such folder"),
+    (["/", "--reference", "/nonexistent"], "--reference '/nonexistent': no such folder"),
+]
 TABLES = {
+    "sweep": SWEEP,
+    "report": REPORT,
     "serve": SERVE,
     "inspect": INSPECT,
     "simulate": SIMULATE,
