@@ -115,12 +115,12 @@ def _freeze_when_synced(backend: Backend) -> None:
     """Once the first full sync is in, hide what it built from the garbage collector, and
     let it run less often.
 
-    The cluster cache holds a few hundred objects per node (states, devices, memos): at
+    The cluster cache holds a few hundred objects per node (states, devices, records): at
     5,000 nodes each full collection walked them all and cost tens of milliseconds, taken
     from whichever call was running. Frozen objects are never walked; what changes later
     (a node's new state after a bind) is collected as usual.
 
-    The score tables built after the sync (a memo per node and kind of pod) still make
+    The board's tables built after the sync (scores per node state and kind of pod) still make
     hundreds of thousands of long-lived objects: at CPython's default thresholds a full
     collection came every hundred pods or so and took about 0.1 s, and collections took
     a fifth of fgd's CPU at 5,000 nodes. With the first threshold at 10,000 allocations
