@@ -2,7 +2,7 @@
 
 Layering inside the core (lower never imports higher):
 errors, quantity -> catalog -> inventory -> request -> allocation -> mig -> capacity
--> state -> fit -> fragmentation -> policies -> select -> board.
+-> state -> fit -> (preempt, fragmentation) -> policies -> select -> (board, defrag).
 """
 
 from .allocation import Allocation, DeviceShare, MigSlot, decode_record, encode_record

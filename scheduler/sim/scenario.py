@@ -65,6 +65,7 @@ GPU_KEYS = {
     "mig": "mig-profile",
     "sharing": "sharing",
     "models": "gpu-model",
+    "nvlink": "nvlink",
 }
 
 
