@@ -36,14 +36,15 @@ def place(state: NodeState, key: str, demand: Demand, gpu: int) -> NodeState:
     return state.apply(key, alloc)
 
 
-def mig_share(state: NodeState, key: str, profile: str, start: int) -> NodeState:
-    """A MIG instance of ``profile`` at slot ``start`` of GPU 0, placed by hand (not by the slot rule)."""
-    layout = state.node.devices[0].model.mig
+def mig_share(state: NodeState, key: str, profile: str, start: int, gpu: int = 0) -> NodeState:
+    """A MIG instance of ``profile`` at slot ``start`` of GPU ``gpu``, placed by hand (not by the slot rule)."""
+    layout = state.node.devices[gpu].model.mig
     assert layout is not None
     p = layout.profile(profile)
     assert p is not None
     slot = MigSlot(start, p.memory_slots, p.compute_slices, p.name)
-    device_share = DeviceShare("n1-gpu0", 0, SharingMode.MIG, p.memory_mib, p.compute_slices * 1000 // 7, slot)
+    uuid = state.node.devices[gpu].uuid
+    device_share = DeviceShare(uuid, gpu, SharingMode.MIG, p.memory_mib, p.compute_slices * 1000 // 7, slot)
     return state.apply(key, Allocation(state.node.name, (device_share,)))
 
 
