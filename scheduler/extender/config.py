@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
+from scheduler.core.defrag import PlanOptions
 from scheduler.core.errors import ConfigError
 from scheduler.core.policies import REGISTRY, Policy, make_policy, options_of
 from scheduler.core.request import DEFAULT_PREFIX
@@ -129,6 +130,32 @@ class KubeSettings(BaseModel):
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
+class DefragSettings(BaseModel):
+    """Defragmentation (``gpuslice defrag``, ``/debug/defrag``): which pods may move, and how far
+    a plan goes. Only controller-owned pods (not a DaemonSet's, not static pods) in
+    ``namespaces`` ever move; with none listed, nothing does."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespaces: tuple[str, ...] = ()
+    max_evictions: int = Field(8, ge=0, le=1000)
+    min_fall_milli: float = Field(100.0, ge=0)
+    max_pending: int = Field(64, ge=0, le=10_000)
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):
+                raise ValueError(f"{name!r} is not a namespace name (lower-case letters, digits and '-')")
+        return tuple(dict.fromkeys(value))
+
+    def options(self) -> PlanOptions:
+        return PlanOptions(
+            max_evictions=self.max_evictions, min_fall_milli=self.min_fall_milli, max_pending=self.max_pending
+        )
+
+
 class ServeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -147,6 +174,7 @@ class ServeConfig(BaseModel):
     # Where the extender verbs (filter, prioritize, bind, preempt) and /debug may be called from;
     # anyone else gets 403. The webhook, /metrics and the probes answer everyone.
     trusted_networks: tuple[str, ...] = DEFAULT_TRUSTED_NETWORKS
+    defrag: DefragSettings = DefragSettings()
 
     @field_validator("prefix")
     @classmethod
@@ -230,12 +258,23 @@ def _alias_path(loc: tuple[int | str, ...]) -> str:
     )
 
 
+# What planning reads of the service's settings (``gpuslice defrag``): the rest (address, TLS,
+# trusted networks, the Kubernetes backend) is the server's, and is ignored there.
+PLANNING_FIELDS = frozenset(
+    {"policy", "prefix", "mps_compute_oversub_pct", "ts_memory_oversub_pct", "log_level", "defrag"}
+)
+
+
 def load_config(
     file: Path | None = None,
     env: Mapping[str, str] | None = None,
     flags: Mapping[str, Any] | None = None,
+    only: frozenset[str] | None = None,
 ) -> ServeConfig:
-    """Merge the sources and validate; ConfigError lists every bad field by its path."""
+    """Merge the sources and validate; ConfigError lists every bad field by its path.
+
+    ``only``: the top-level fields to read from the file and the environment (the others keep
+    their defaults): a job that plans reads the service's file without its certificate paths."""
     data: dict[str, Any] = {}
     origin = ""
     if file is not None:
@@ -251,8 +290,12 @@ def load_config(
         data = dict(loaded or {})
         if isinstance(data.get("policy"), str):
             data["policy"] = {"name": data["policy"]}
+    if only is not None:
+        data = {k: v for k, v in data.items() if k in only}
     environ = os.environ if env is None else env
     for suffix, name in ENV_FIELDS.items():
+        if only is not None and name not in only:
+            continue
         value = environ.get(ENV_PREFIX + suffix)
         if value is not None and value != "":
             _set(data, name, value)

@@ -6,48 +6,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.core.allocation import Allocation, DeviceShare, MigSlot, encode_record
-from scheduler.core.inventory import SharingMode
-
-from .kit import PREFIX, k8s_node, k8s_pod
-
-H100_MIB = 81920
-
-
-def holding(
-    name: str,
-    node: str,
-    gpu: int,
-    milli: int,
-    cpu: str = "1",
-    priority: int | None = None,
-    mig: tuple[str, int, int] | None = None,
-) -> dict[str, Any]:
-    """A pod bound to ``node`` by gpuslice, holding ``milli`` of GPU ``gpu`` (MPS), or a MIG
-    instance ``(profile, start, size)``."""
-    pod = k8s_pod(name, cpu=cpu, node=node, phase="Running")
-    if mig is None:
-        device = DeviceShare(f"{node}-gpu{gpu}", gpu, SharingMode.MPS, milli * H100_MIB // 1000, milli)
-    else:
-        profile, start, size = mig
-        slices = int(profile[0])
-        device = DeviceShare(
-            f"{node}-gpu{gpu}",
-            gpu,
-            SharingMode.MIG,
-            size * 10240,
-            slices * 1000 // 7,
-            MigSlot(start, size, slices, profile),
-        )
-    cpu_milli = int(float(cpu) * 1000)
-    annotations = pod["metadata"]["annotations"]
-    annotations[PREFIX + "allocation"] = encode_record(
-        Allocation(node, (device,), cpu_milli, 1024), "2025-01-01T00:00:00Z"
-    )
-    annotations[PREFIX + "bind-phase"] = "bound"
-    if priority is not None:
-        pod["spec"]["priority"] = priority
-    return pod
+from .kit import holding, k8s_node, k8s_pod
 
 
 def uid(pod: dict[str, Any]) -> str:

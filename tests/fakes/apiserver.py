@@ -22,7 +22,7 @@ second Binding, ``410`` for a compacted resourceVersion, and faults injected on 
         api.requests             # [(verb, resource, name)] in order; api.count(verb, resource)
 
 Verbs are the RBAC verbs (list, watch, get, create, update, patch, delete); resources are
-``nodes``, ``pods``, ``pods/binding`` and ``configmaps``. Changes made through the Python
+``nodes``, ``pods``, ``pods/binding``, ``pods/eviction`` and ``configmaps``. Changes made through the Python
 methods (``put_*``, ``delete_*``, ``set_pod_phase``) produce watch events like API writes,
 and are not counted in ``served``. Merge and strategic-merge patches are both applied as
 JSON merge patches (enough for maps such as annotations).
@@ -514,6 +514,20 @@ class FakeApiServer:
             self._store("pods", merge_patch(pod, patch), "MODIFIED")
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
+    def evict(self, namespace: str, name: str, body: Json, dry_run: bool = False) -> Json:
+        """An Eviction: the pod is deleted (no PodDisruptionBudgets here: a refusal is a 429 fault)."""
+        with self._lock:
+            pod = self._require("pods", f"{namespace}/{name}")
+            wanted = ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
+            if wanted and wanted != pod["metadata"]["uid"]:
+                raise ApiFailure(
+                    409,
+                    f"Precondition failed: UID in precondition: {wanted}, UID in object meta: {pod['metadata']['uid']}",
+                )
+            if not dry_run:
+                self._store("pods", pod, "DELETED")
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
     def delete(self, resource: str, namespace: str, name: str) -> Json:
         with self._lock:
             old = self._require(resource, f"{namespace}/{name}")
@@ -645,6 +659,8 @@ class _Handler(BaseHTTPRequestHandler):
         resource, name = parts[0], parts[1] if len(parts) > 1 else ""
         if len(parts) == 3 and resource == "pods" and parts[2] == "binding" and method == "POST":
             return "create", "pods/binding", namespace, name
+        if len(parts) == 3 and resource == "pods" and parts[2] == "eviction" and method == "POST":
+            return "create", "pods/eviction", namespace, name
         if len(parts) > 2:
             raise ApiFailure(404, f"the server could not find the requested resource {'/'.join(parts)!r}")
         if not name:
@@ -699,6 +715,8 @@ class _Handler(BaseHTTPRequestHandler):
                 result = copy.deepcopy(fake._require(resource, key))
         elif verb == "create" and resource == "pods/binding":
             result = fake.bind(ns, name, body or {})
+        elif verb == "create" and resource == "pods/eviction":
+            result = fake.evict(ns, name, body or {}, query.get("dryRun") == "All")
         elif verb == "create" and resource == "configmaps":
             result = fake.create_configmap(ns, body or {})
         elif verb == "create" and resource == "pods":
