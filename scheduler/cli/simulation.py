@@ -58,12 +58,38 @@ def simulate(
         typer.Option("--bound/--no-bound", help="Also compute the LP upper bound per (trace, seed) (arrivals only)."),
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    defrag_budget: Annotated[
+        str | None,
+        typer.Option(
+            help="Timed replay: run the defragmentation planner, one run per arm: off (plain replay), wait "
+            "(pods wait for the planner, no move) or evictions per planner run, such as off,wait,4. "
+            "Writes defrag.csv instead of summary.csv."
+        ),
+    ] = None,
+    defrag_every: Annotated[float, typer.Option(help="Minutes of simulated time between planner runs.")] = 10.0,
+    defrag_min_fall: Annotated[
+        float, typer.Option(help="Milli-GPU of fragmentation a move made only to lower it must remove.")
+    ] = 500.0,
 ) -> None:
     """Replay traces or scenarios through the packing core and compare policies."""
     from scheduler.sim import commands
 
     commands.simulate(
-        traces or [], nodes, policy, seeds, inflate, replay, shuffle, workers, out, reference, with_bound, quiet
+        traces or [],
+        nodes,
+        policy,
+        seeds,
+        inflate,
+        replay,
+        shuffle,
+        workers,
+        out,
+        reference,
+        with_bound,
+        quiet,
+        defrag_budget,
+        defrag_every,
+        defrag_min_fall,
     )
 
 

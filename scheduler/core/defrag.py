@@ -19,6 +19,9 @@ Phase 1, letting pending pods in, highest priority first (then in the order give
   fewest evictions wins (then the least important victims, the least GPU, the node's rank);
 * a pod no move lets in, within what is left of the budget, is stranded, with the reason.
 
+A pod moves at most once in a plan: once evicted it is recreated as a new pod, which the plan
+cannot name.
+
 Phase 2, only when phase 1 made no move: single-pod moves, each the one that lowers the
 cluster's fragmentation measure most (its removal from its node, then its landing where the
 policy puts it), as long as the fall is at least ``min_fall_milli`` and the budget lasts. Each
@@ -75,7 +78,7 @@ class PlanOptions:
     fragmentation_candidates: pods tried for a landing in each phase 2 step."""
 
     max_evictions: int = 8
-    min_fall_milli: float = 100.0
+    min_fall_milli: float = 500.0
     max_pending: int = 64
     search_limit: int = 500
     fragmentation_moves: bool = True
@@ -208,11 +211,18 @@ class _Planner:
         if best is None:
             return f"no move of at most {self.budget} movable pods lets it in"
         _, move, after = best
+        self._commit(move, after)
+        return None
+
+    def _commit(self, move: Move, after: Sequence[NodeState]) -> None:
+        """Apply ``move``: the board takes the states it leaves; its pods move no more in this
+        plan (each is recreated as a new pod, which the plan cannot name)."""
         for state in after:
             self.board.put(state)
         self.moves.append(move)
         self.budget -= len(move.evict)
-        return None
+        for key in move.evict:
+            self.movers.pop(key, None)
 
     def _try(self, pod: Waiting, state: NodeState, victims: tuple[str, ...]) -> tuple[Move, list[NodeState]] | None:
         """The move evicting ``victims`` from ``state``'s node for ``pod``, and the node states it
@@ -284,10 +294,7 @@ class _Planner:
             if best is None or best[0] < options.min_fall_milli:
                 return
             _, move, after = best
-            for s in after:
-                self.board.put(s)
-            self.moves.append(move)
-            self.budget -= 1
+            self._commit(move, after)
 
     def _relocate(self, key: str, state: NodeState, without: NodeState) -> tuple[float, Move, list[NodeState]] | None:
         board = self.board

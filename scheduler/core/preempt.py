@@ -20,7 +20,8 @@ candidate matters only if it holds a share on a GPU that could host the pod once
 candidate there is gone, unless the node's CPU, memory or pod room is short, when any
 candidate may be needed for those (the size then starts where the largest candidates could
 cover the shortfall). For a pod on one GPU with room on the host, only sets within one GPU's
-candidates are tried, and each is checked on that GPU alone.
+candidates are tried. A set is checked by fit's own rules on the GPUs' usages without its
+shares, without building a node state; the answer is checked by ``fit`` itself.
 
 The bound. After ``limit`` fit questions the enumeration stops. If a set of the current size
 was found, the best one found is answered (still the fewest pods; the later tie-breaks may be
@@ -38,7 +39,7 @@ from itertools import combinations
 
 from .allocation import Allocation
 from .capacity import DeviceUsage, allocated_milli, remove_share
-from .fit import fit, host_reason, hosts
+from .fit import fit, host_reason, hosts, linked_set
 from .request import Demand, GpuKind
 from .state import NodeState
 
@@ -115,14 +116,31 @@ class _Search:
                     usage = remove_share(usage, share)
         return usage
 
-    def works(self, keys: Sequence[str], gpu_index: int | None = None) -> bool:
-        """Whether the pod fits once ``keys`` are gone (on GPU ``gpu_index`` alone, when the host
-        has room and the pod wants one GPU)."""
+    def works(self, keys: Sequence[str]) -> bool:
+        """Whether the pod fits once ``keys`` are gone: fit's own test (a GPU hosts a share, or
+        ``count`` of them do, joined by NVLink where required; the host has room), asked only of
+        the GPUs that could host, on usages without the released shares: no node state is built."""
         self.asked += 1
-        if gpu_index is not None:
+        gpu = self.demand.gpu
+        if gpu.kind is not GpuKind.NONE:
             node = self.state.node
-            return hosts(self.demand.gpu, node, node.devices[gpu_index], self._usage_without(gpu_index, keys))
-        return bool(fit(self.demand, _release(self.state, keys)))
+            hosting = [i for i in self.hostable if hosts(gpu, node, node.devices[i], self._usage_without(i, keys))]
+            if len(hosting) < max(1, gpu.count):
+                return False
+            if gpu.nvlink and gpu.count > 1 and linked_set(node.nvlink, tuple(hosting), gpu.count) is None:
+                return False
+        return not self.host_short or self._host_fits(keys)
+
+    def _host_fits(self, keys: Sequence[str]) -> bool:
+        """:func:`~scheduler.core.fit.host_reason`'s test once ``keys`` are gone."""
+        state, demand = self.state, self.demand
+        node = state.node
+        gone = [self.allocations[k] for k in keys]
+        if len(state.pods) - len(gone) >= node.max_pods:
+            return False
+        if demand.cpu_milli > state.cpu_free + sum(a.cpu_milli for a in gone):
+            return False
+        return demand.memory_mib <= state.memory_free + sum(a.memory_mib for a in gone)
 
     def rank(self, keys: Sequence[str]) -> tuple[int, int, int, int, tuple[str, ...]]:
         priorities = [self.priority[k] for k in keys]
@@ -159,19 +177,20 @@ class _Search:
             covering(demand.memory_mib - state.memory_free, [a.memory_mib for a in allocs]),
         )
 
-    def sets(self, size: int) -> Iterator[tuple[tuple[str, ...], int | None]]:
-        """Every relevant set of ``size`` candidates, with the GPU to check it on (None: the whole node)."""
+    def sets(self, size: int) -> Iterator[tuple[str, ...]]:
+        """Every relevant set of ``size`` candidates: for a pod on one GPU with room on the host,
+        only the sets within one GPU's candidates (each once, though a pod on several GPUs puts
+        it in several GPUs' lists: :meth:`works` asks every GPU that could host)."""
         if self.single and not self.host_short:
             tried: set[frozenset[str]] = set()
-            for index, keys in self.hostable.items():
+            for keys in self.hostable.values():
                 for chosen in combinations(keys, size):
                     as_set = frozenset(chosen)
                     if as_set not in tried:
                         tried.add(as_set)
-                        yield chosen, index
+                        yield chosen
             return
-        for chosen in combinations(self.relevant, size):
-            yield chosen, None
+        yield from combinations(self.relevant, size)
 
     def reprieved(self) -> tuple[str, ...]:
         """kube-scheduler's rule: every relevant candidate, each given back where the pod fits without it."""
@@ -202,10 +221,10 @@ def choose_victims(
         return f"evicting all {len(candidates)} candidates on node {state.node.name} frees no share: {found.reason}"
     best: tuple[str, ...] | None = None
     for size in range(search.smallest_size(), len(search.relevant) + 1):
-        for chosen, index in search.sets(size):
+        for chosen in search.sets(size):
             if search.asked >= limit:
                 return _answer(search, best, False) if best is not None else _answer(search, search.reprieved(), False)
-            if search.works(chosen, index) and (best is None or search.rank(chosen) < search.rank(best)):
+            if search.works(chosen) and (best is None or search.rank(chosen) < search.rank(best)):
                 best = chosen
         if best is not None:
             return _answer(search, best, True)

@@ -139,7 +139,7 @@ class DefragSettings(BaseModel):
 
     namespaces: tuple[str, ...] = ()
     max_evictions: int = Field(8, ge=0, le=1000)
-    min_fall_milli: float = Field(100.0, ge=0)
+    min_fall_milli: float = Field(500.0, ge=0)
     max_pending: int = Field(64, ge=0, le=10_000)
 
     @field_validator("namespaces")

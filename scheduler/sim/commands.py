@@ -12,10 +12,12 @@ from rich.table import Table
 from scheduler.core.errors import UsageError
 from scheduler.core.policies import REGISTRY
 
+from . import defragtable
 from .bound import Bound, bound
+from .defrag import DefragSpec
 from .errors import TraceError
 from .load import embedded_scenario, load_trace
-from .model import ARRIVALS, REPLAY_MODES, Trace
+from .model import ARRIVALS, REPLAY_MODES, TIMED, Trace
 from .reference import Reference
 from .reference import load as load_reference
 from .report import Report, write_csv
@@ -62,6 +64,27 @@ def parse_policies(values: Sequence[str] | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+DEFRAG_ARMS = "off (the plain replay), wait (budget 0: pods wait for the planner, no move) or a number of evictions"
+
+
+def parse_arms(text: str, every_min: float, min_fall_milli: float) -> list[DefragSpec | None]:
+    """``off,0,4``: the defragmentation arms to run (None: the plain replay)."""
+    arms: list[DefragSpec | None] = []
+    if not every_min > 0:
+        raise UsageError(f"--defrag-every {every_min}: accepted: minutes of simulated time, more than 0")
+    if not min_fall_milli >= 0:
+        raise UsageError(f"--defrag-min-fall {min_fall_milli}: accepted: milli-GPU, 0 or more")
+    for part in text.split(","):
+        word = part.strip().lower()
+        if word == "off":
+            arms.append(None)
+        elif word == "wait" or word.isdigit():
+            arms.append(DefragSpec(every_min * 60, 0 if word == "wait" else int(word), min_fall_milli))
+        else:
+            raise UsageError(f"--defrag-budget {text!r}: accepted: a comma-separated list of {DEFRAG_ARMS}")
+    return list(dict.fromkeys(arms))
+
+
 def load_traces(paths: Sequence[Path], nodes: Path | None) -> list[Trace]:
     if not paths:
         if nodes is not None:
@@ -87,9 +110,14 @@ def simulate(
     reference: Path | None = None,
     with_bound: bool = False,
     quiet: bool = False,
+    defrag_budget: str | None = None,
+    defrag_every_min: float = 10.0,
+    defrag_min_fall_milli: float = 500.0,
 ) -> None:
     """``gpuslice simulate``: replay ``traces`` (none: the embedded scenario) through the packing
-    core, print the comparison and write it to ``out``. :class:`UsageError` for a rejected option."""
+    core, print the comparison and write it to ``out``. With ``defrag_budget`` (arms such as
+    ``off,0,4``, timed replays only) each run is repeated per arm and the defragmentation table
+    (:mod:`.defragtable`) is printed and written instead. :class:`UsageError` for a rejected option."""
     console = _console()
     seed_list = parse_seeds(seeds)
     policies = parse_policies(policy)
@@ -100,6 +128,29 @@ def simulate(
     if inflate is not None and inflate < 0:
         raise UsageError(f"--inflate {inflate}: accepted: 0 (as given) or a positive ratio such as 1.3")
     loaded = load_traces(traces, nodes)
+    if defrag_budget is not None:
+        arms = parse_arms(defrag_budget, defrag_every_min, defrag_min_fall_milli)
+        for t in loaded:
+            if (replay or t.replay) != TIMED:
+                raise UsageError(
+                    f"--defrag-budget needs simulated time: {t.name} replays {replay or t.replay}; "
+                    f"give --replay {TIMED}"
+                )
+        specs = [
+            RunSpec(t, p, s, replay, inflate, shuffle, defrag=a)
+            for t in loaded
+            for p in policies
+            for s in seed_list
+            for a in arms
+        ]
+        results = run_all(specs, workers or default_workers(), Console(stderr=True), show_progress=not quiet)
+        recorded = defragtable.rows(results)
+        console.print(defragtable.table(defragtable.summary(recorded)))
+        if out is not None:
+            path = out / defragtable.DEFRAG_FILE
+            write_csv(path, defragtable.COLUMNS, recorded)
+            console.print(f"wrote {path}")
+        return
     ref: Reference | None = load_reference(reference) if reference is not None else None
     specs = [RunSpec(t, p, s, replay, inflate, shuffle) for t in loaded for p in policies for s in seed_list]
     results = run_all(specs, workers or default_workers(), Console(stderr=True), show_progress=not quiet)

@@ -215,6 +215,7 @@ def test_it_never_moves_a_pod_it_must_not_and_every_step_fits(
     allowed = {m.key for m in movers}
     evicted = [k for move in got.moves for k in move.evict]
     assert set(evicted) <= allowed  # never a pod it must not move
+    assert len(evicted) == len(set(evicted))  # and each at most once
     assert got.evictions == len(evicted) <= budget
     admitted = [m.admits for m in got.moves if m.admits is not None]
     seen = admitted + [k for k, _ in got.fits_now] + [k for k, _ in got.stranded]
