@@ -1,7 +1,7 @@
 """Defragmentation plans from the service's view of the cluster (``/debug/defrag``, and
 ``gpuslice defrag`` on a cluster file or a snapshot fed into the same cache).
 
-From the cache: the node states; the pending pods (no node yet, not being bound, with a GPU
+From the cache: the node states; the pending pods (no node yet, no bind in flight, with a GPU
 request gpuslice can read); the movers, the only pods a plan may evict: bound pods holding a
 share, owned by a controller that recreates them elsewhere (not a DaemonSet, not a static
 pod) and in a namespace opted in (``defrag.namespaces``); and the typical workload of the
@@ -41,8 +41,7 @@ def gather(cache: ClusterCache, prefix: str, namespaces: Collection[str]) -> Inp
     opted = set(namespaces)
     with cache.lock:
         states = list(cache.board.states)
-        held = {k: s.node.name for s in states for k, _ in s.pods}
-        binding = set(cache.inflight())
+        held = {k: s.node.name for s in states for k, _ in s.pods}  # binds in flight included
         pods = [(key, view.node, view.obj) for key, view in cache.pods.items()]
     pending: list[Waiting] = []
     movers: list[Mover] = []
@@ -59,7 +58,7 @@ def gather(cache: ClusterCache, prefix: str, namespaces: Collection[str]) -> Inp
         if request.demand.gpu.kind is GpuKind.NONE:
             continue
         demands.append(request.demand)
-        if not node and key not in binding and key not in held:
+        if not node and key not in held:
             pending.append(Waiting(key, request.demand, priority_of(obj)))
         elif node and held.get(key) == node and request.namespace in opted and _recreated(obj):
             movers.append(Mover(key, request.demand, priority_of(obj)))

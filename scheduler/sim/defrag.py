@@ -4,9 +4,9 @@ out, so that its benefit can be measured against the same replay without it.
 
 How pods wait. With the planner on, a pod that fits nowhere on arrival is not turned away at
 once: it waits, as a pending pod does in a cluster. It is tried again whenever a pod leaves
-(kube-scheduler retries unschedulable pods on such events) and at each planner run, after
-which a pod that was already waiting is turned away if it still fits nowhere: every pod waits
-at most one interval. A budget of 0 gives the same waiting without moves: the baseline the
+(kube-scheduler retries unschedulable pods on such events: nothing else frees room), and after
+each planner run a pod that was already waiting is turned away if it still fits nowhere: every
+pod waits at most one interval. A budget of 0 gives the same waiting without moves: the baseline the
 planner is measured against.
 
 A move: its pods are evicted (their shares released); the pending pod it is for is placed
@@ -113,16 +113,17 @@ class Defragmenter:
     def _tick(self, time: float) -> None:
         run = self.run
         run.advance(time)
-        self._retry()
+        # No retry first: room only comes free when a pod leaves, and every departure retried them.
         if self.spec.budget > 0:
             pending = [Waiting(w.pod.name, w.pod.demand) for w in self.waiting]
             movers = [Mover(name, pod.demand) for name, pod in run.running.items()]
             found = plan(run.board.states, pending, movers, run.policy, run.measure, self.options, self.order)
             for move in found.moves:
                 self._carry_out(move.evict, move.admits, time)
+            self._retry()  # a move may have made room for another waiting pod too
         still = []
         for waiter in self.waiting:
-            if waiter.since < time:
+            if waiter.since < time:  # an evicted pod that found no place at this run gets until the next
                 self._give_up(waiter)
             else:
                 still.append(waiter)

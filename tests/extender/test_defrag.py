@@ -83,3 +83,19 @@ def test_bad_options_are_one_line(tmp_path: Path) -> None:
         assert result.exit_code == 2, (args, result.output)
         assert fragment in result.output and "Traceback" not in result.output
         assert result.output.startswith("gpuslice defrag: ")
+
+
+def test_a_pod_being_bound_is_not_pending(serve: Any) -> None:
+    from scheduler.core.fit import fit
+    from scheduler.core.request import parse_pod
+
+    small = k8s_pod("small", namespace="train", mig_profile="1g.10gb")
+    svc = serve(*fragmented_cluster(), small, defrag={"namespaces": ["serve"]})
+    assert svc.http.get("/debug/defrag").json()["pending"] == 2
+    cache = svc.extender.cache
+    with cache.lock:
+        state = cache.state("mig-node")
+    found = fit(parse_pod(small).demand, state)
+    cache.reserve("train/small", "uid-train-small", found.allocations[0])  # a bind decided, the watch not yet in
+    got = svc.http.get("/debug/defrag").json()
+    assert got["pending"] == 1 and [m["admits"] for m in got["moves"]] == ["train/big"]

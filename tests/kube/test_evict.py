@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from scheduler.cli import app
 from scheduler.kube import DEFRAG_API_CALLS, Evictor, KubeApi, Outcome
-from tests.extender.kit import fragmented_cluster
+from tests.extender.kit import fragmented_cluster, k8s_pod
 from tests.fakes import FakeApiServer
 
 runner = CliRunner()
@@ -94,3 +94,18 @@ def test_an_unreachable_cluster_is_one_line() -> None:
     result = runner.invoke(app, ["defrag", "--api-url", "http://127.0.0.1:9"])
     assert result.exit_code != 0
     assert result.output.startswith("gpuslice defrag: ") and "Traceback" not in result.output
+
+
+def test_a_refusal_after_the_dry_run_stops_the_run_there(apiserver: FakeApiServer) -> None:
+    load(apiserver)
+    # a second 3g.40gb waits: b4 (GPU 1, slot 4) is the only pod whose eviction frees a start for it
+    apiserver.put_pod(k8s_pod("big2", namespace="train", mig_profile="3g.40gb"))
+    plan = json.loads(runner.invoke(app, ["defrag", "--api-url", apiserver.url, "-n", "serve", "--json"]).output)
+    assert [m["evict"] for m in plan["moves"]] == [["serve/a0"], ["serve/b4"]]
+    # the dry run of a0 passes, its eviction is refused (the budget changed in between): stop there
+    apiserver.fault("create", "pods/eviction", status=429, message=PDB_MESSAGE, skip=1)
+    result = runner.invoke(app, ["defrag", "--api-url", apiserver.url, "-n", "serve", "--apply"])
+    assert result.exit_code == 0, result.output
+    assert f"stopped at move 1: evicting serve/a0 is refused: {PDB_MESSAGE}" in result.output
+    assert apiserver.pod("serve", "a0") is not None and apiserver.pod("serve", "b4") is not None
+    assert [r for r in apiserver.requests if r[1] == "pods/eviction"] == [("create", "pods/eviction", "a0")] * 2

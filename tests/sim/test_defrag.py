@@ -57,6 +57,8 @@ def test_a_pod_waits_and_gets_in_when_another_leaves() -> None:
     text = FRAGMENTED.replace("arrive: 1, duration: 10000", "arrive: 1, duration: 299")
     result = simulate(scenario(text), "binpack", 1, defrag=DefragSpec(600, 0))
     assert (result.failed, result.waited_in, result.evictions) == (0, 1, 0)
+    # GPU-seconds: x1 1.5, x2 0.5 x 299, y 2500, train from x2's departure (t=300) to t=1004: 704
+    assert result.gpu_hours == pytest.approx((1.5 + 149.5 + 2500 + 704) / 3600)
     assert simulate(scenario(text), "binpack", 1).failed == 1  # the plain replay turns it away at once
 
 
