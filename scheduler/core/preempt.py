@@ -20,7 +20,8 @@ candidate matters only if it holds a share on a GPU that could host the pod once
 candidate there is gone, unless the node's CPU, memory or pod room is short, when any
 candidate may be needed for those (the size then starts where the largest candidates could
 cover the shortfall). For a pod on one GPU with room on the host, only sets within one GPU's
-candidates are tried. A set is checked by fit's own rules on the GPUs' usages without its
+candidates are tried; for whole GPUs, only the unions of the candidates of as many GPUs as asked
+for (a GPU takes a whole GPU only once empty). A set is checked by fit's own rules on the GPUs' usages without its
 shares, without building a node state; the answer is checked by ``fit`` itself.
 
 The bound. After ``limit`` fit questions the enumeration stops. If a set of the current size
@@ -36,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import combinations
+from math import comb
 
 from .allocation import Allocation
 from .capacity import DeviceUsage, allocated_milli, remove_share
@@ -192,6 +194,20 @@ class _Search:
             return
         yield from combinations(self.relevant, size)
 
+    def emptied(self) -> list[tuple[str, ...]] | None:
+        """For whole GPUs with room on the host, every possible answer, best first: a GPU takes a
+        whole GPU only once every pod on it is gone, so an answer is all the candidates on
+        ``count`` GPUs that could host. None for other requests, or when there are more groups
+        of GPUs than the bound allows."""
+        gpu = self.demand.gpu
+        if gpu.kind is not GpuKind.WHOLE or self.host_short or comb(len(self.hostable), gpu.count) > self.limit:
+            return None
+        unions = {
+            tuple(sorted({k for i in group for k in self.hostable[i]}, key=self.order.__getitem__))
+            for group in combinations(sorted(self.hostable), gpu.count)
+        }
+        return sorted(unions, key=self.rank)
+
     def reprieved(self) -> tuple[str, ...]:
         """kube-scheduler's rule: every relevant candidate, each given back where the pod fits without it."""
         kept = list(self.relevant)
@@ -219,6 +235,10 @@ def choose_victims(
     search.asked += 1
     if not found:
         return f"evicting all {len(candidates)} candidates on node {state.node.name} frees no share: {found.reason}"
+    unions = search.emptied()
+    for union in unions or ():  # best first: the first that works is the answer
+        if search.works(union):
+            return _answer(search, union, True)
     best: tuple[str, ...] | None = None
     for size in range(search.smallest_size(), len(search.relevant) + 1):
         for chosen in search.sets(size):

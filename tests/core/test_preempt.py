@@ -114,6 +114,10 @@ def test_nvlink_required_chooses_the_gpu_beside_a_free_peer() -> None:
     proposed = [Candidate("a", 5), Candidate("b", 1), Candidate("c", 1)]
     required = choose_victims(whole(2, nvlink=True), state, proposed)
     assert isinstance(required, Preemption) and required.victims == ("a",)
+    # Whole GPUs: only the pods of whole GPUs are tried, best first: {b} (GPUs 1 and 2, not
+    # linked), {c} (1 and 3, not linked), then {a} (0 and 1): 3 questions after the check that
+    # evicting everything frees a share.
+    assert required.asked == 4
     assert [s.index for s in required.allocation.shares] == [0, 1]
     preferred = choose_victims(whole(2), state, proposed)
     assert isinstance(preferred, Preemption) and preferred.victims == ("b",)
