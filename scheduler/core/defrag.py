@@ -235,7 +235,7 @@ class _Planner:
         placed = evaluate(self.policy, pod.demand, freed)
         if isinstance(placed, str):  # the victims free a share by fit; the policy sees it too
             return None
-        touched = {state.node.name}
+        touched = {state.node.name: None}  # in order: the sums below repeat exactly
         board.put(freed.apply(pod.key, placed.allocation))
         lands: list[Landing] = []
         ok = True
@@ -247,7 +247,7 @@ class _Planner:
             target = board.get(landing.node)
             assert target is not None
             board.put(target.apply(key, landing.allocation))
-            touched.add(landing.node)
+            touched[landing.node] = None
             lands.append(Landing(key, landing.node, landing.allocation))
         after = [s for name in touched if (s := board.get(name)) is not None]
         for name in touched:
