@@ -94,3 +94,31 @@ def test_the_command_runs_each_arm_and_writes_defrag_csv(tmp_path: Path) -> None
     assert bad.exit_code == 2 and "--defrag-every 0.0" in bad.output
     bad = runner.invoke(app, [*args, "--defrag-budget", "1", "--replay", "arrivals"])
     assert bad.exit_code == 2 and "needs simulated time" in bad.output
+
+
+def test_the_table_counts_pods_let_in_per_eviction_against_waiting() -> None:
+    from scheduler.sim import defragtable
+
+    def row(arm: str, seed: int, turned: int, evictions: int) -> dict[str, object]:
+        return {
+            "trace": "t",
+            "policy": "p",
+            "seed": seed,
+            "arm": arm,
+            "pods": 100,
+            "turned_away": turned,
+            "evicted_lost": 0,
+            "evictions": evictions,
+            "gpu_hours": 10.0,
+        }
+
+    recorded = [row("off", 1, 14, 0), row("off", 2, 16, 0), row("wait", 1, 10, 0), row("wait", 2, 12, 0)]
+    recorded += [row("4", 1, 6, 4), row("4", 2, 8, 4), row("16", 1, 5, 10)]
+    got = {r["arm"]: r for r in defragtable.summary(recorded)}
+    assert [r["arm"] for r in defragtable.summary(recorded)] == ["off", "wait", "4", "16"]
+    # (10 + 12 - 6 - 8) pods let in for 4 + 4 evictions
+    assert got["4"]["per_eviction"] == 1.0 and got["4"]["turned_away"] == 7.0
+    # seed 1 only: (10 - 5) / 10
+    assert got["16"]["per_eviction"] == 0.5
+    assert got["off"]["turned_away_sd"] == pytest.approx(2**0.5)
+    assert "| t | p | 4 | 100 | 7.0 ± 1.4 | 4.0 | 0.0 | 10 | 1.00 |" in defragtable.markdown(list(got.values()))
