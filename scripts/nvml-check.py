@@ -5,8 +5,9 @@ usage: python scripts/nvml-check.py        (with gpuslice installed, e.g. .venv/
 
 Prints the inventory the agent would publish, each GPU's MIG mode, instances, NVLink peers and
 processes with their memory, then allocates 256 MiB with CUDA and checks that NVML lists this
-process on that GPU with that memory. It changes nothing on the GPU (no MIG mode change, no
-instance creation). Exit status: 0 all as expected, 1 a check failed, 2 NVML is not available.
+process on that GPU with that memory, and that the node agent's sampling (NVML, then
+/proc/<pid>/cgroup) finds it under its PID with that memory. It changes nothing on the GPU (no
+MIG mode change, no instance creation). Exit status: 0 all as expected, 1 a check failed, 2 NVML is not available.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -45,9 +45,11 @@ from .config import AgentConfig
 from .gpus import GpuError, GpuInfo, Gpus
 from .handover import Answer, answer
 from .inventory import build_node, model_of
+from .measure import Measure
 from .migs import AdmitError, MigInstances, Placement
 from .mps import MpsDaemons, ProcessRunner
 from .pods import PodInfo, pod_info
+from .procs import ProcFs, ProcReader
 
 log = logging.getLogger("gpuslice.agent")
 
@@ -90,6 +92,8 @@ class Agent:
         runner: ProcessRunner,
         pod_resources: PodResources | None = None,
         clock: Clock | None = None,
+        procs: ProcReader | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self._gpus = gpus
@@ -111,6 +115,8 @@ class Agent:
         self._reported: set[str] = set()
         self.mismatches: list[str] = []  # every disagreement with the kubelet, as reported
         self.problems: list[str] = []  # the last tick's problems (one line each)
+        # measured use per share, strays and overruns (scheduler/agent/measure.py)
+        self.measure = Measure(config, gpus, cluster, procs or ProcFs(config.measure.proc_root), wall)
 
     # ------------------------------------------------------------ start-up
 
@@ -363,7 +369,9 @@ class Agent:
         gpus = self._gpus.devices()
         instances = {g.uuid: self._gpus.mig_instances(g.uuid) for g in gpus if g.mig_enabled}
         peers = {g.uuid: self._gpus.nvlink_peers(g.uuid) for g in gpus}
-        return build_node(self.config, gpus, instances, self._migs.managed, self._unhealthy, peers)
+        return build_node(
+            self.config, gpus, instances, self._migs.managed, self._unhealthy, peers, self.measure.stray_mib()
+        )
 
     def inventory(self) -> str:
         """The inventory annotation the hardware gives now."""
@@ -392,7 +400,8 @@ class Agent:
 
     def tick(self) -> list[str]:
         """One round: health, MPS daemons, MIG instances nobody holds, the kubelet's view, the
-        inventory. Returns the problems met (also logged), one line each."""
+        measured use (with its stray memory in the inventory), the inventory. Returns the
+        problems met (also logged), one line each."""
         with self._lock:
             self.problems = []
             gpus = self._gpus.devices()
@@ -411,6 +420,7 @@ class Agent:
             self.problems.extend(self._mps.ensure(mps_gpus))
             self._reconcile_mig()
             self._check_kubelet()
+            self.problems.extend(self.measure.round(self._pods.values(), self._clock.monotonic()))
             self._publish()
             for line in self.problems:
                 log.warning("%s", line)

@@ -3,9 +3,11 @@
 It prints the inventory the agent would publish, each GPU's MIG mode, instances, NVLink peers
 and running processes with their memory; then it allocates a little CUDA memory of its own
 (through the driver API in ``libcuda``, with ctypes) and checks that NVML lists this process
-on that GPU with that memory: the mapping measured use per share will rest on. It calls only
-the seam's reading methods: MIG mode, instances and every other setting stay as they are.
-Each thing it cannot do (no NVML, no libcuda) is one line saying so.
+on that GPU with that memory, and that the agent's sampling (:mod:`scheduler.agent.sampling`:
+NVML, then ``/proc/<pid>/cgroup``) finds it under its PID with that memory: outside any pod
+it is stray use, as a host process is. It calls only the seam's reading methods: MIG mode,
+instances and every other setting stay as they are. Each thing it cannot do (no NVML, no
+libcuda) is one line saying so.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from scheduler.core.errors import GpusliceError
 from .config import load_config
 from .gpus import Gpus
 from .inventory import model_of
+from .procs import ProcFs, ProcReader
+from .sampling import take
 
 CHECK_MIB = 256
 
@@ -79,7 +83,36 @@ def _cgroup(pid: int) -> str:
         return "(no /proc entry in this PID namespace)"
 
 
-def run(gpus: Gpus, probe: Callable[[], CudaProbe], out: TextIO, settle_s: float = 1.0) -> int:
+def _sampled(gpus: Gpus, procs: ProcReader, device: str, out: TextIO) -> int:
+    """The agent's sampling of the node, with no pods known: this process must be in it, on the
+    GPU CUDA named, with at least the memory allocated. The number of problems."""
+    me = os.getpid()
+    sample = take(gpus, [], procs)
+    for line in sample.problems:
+        print(f"sampling: {line}", file=out)
+    print(
+        f"sampling: {len(sample.strays)} process(es) on {len(sample.gpus)} GPU(s), none of them a pod's here", file=out
+    )
+    mine = [s for s in sample.strays if s.pid == me]
+    if not mine:
+        print(f"NOT SAMPLED: the agent's sampling does not find PID {me} (is /proc this PID namespace's?)", file=out)
+        return 1
+    problems = 0
+    for stray in mine:
+        ok = stray.gpu_uuid == device and stray.memory_mib >= CHECK_MIB
+        problems += 0 if ok else 1
+        sm = next((p.sm_percent for p in gpus.processes(stray.gpu_uuid) if p.pid == me), None)
+        print(
+            f"{'SAMPLED' if ok else 'SAMPLE MISMATCH'}: PID {me} on GPU {stray.gpu_index} ({stray.gpu_uuid}) "
+            f"holds {stray.memory_mib} MiB, SM {'n/a' if sm is None else f'{sm}%'}, as stray use: {stray.why}",
+            file=out,
+        )
+    return problems
+
+
+def run(
+    gpus: Gpus, probe: Callable[[], CudaProbe], out: TextIO, settle_s: float = 1.0, procs: ProcReader | None = None
+) -> int:
     """Print the check to ``out``; 0 when everything it could check was as expected."""
     from .main import hardware_inventory
 
@@ -132,6 +165,7 @@ def run(gpus: Gpus, probe: Callable[[], CudaProbe], out: TextIO, settle_s: float
                 f" (allocated {CHECK_MIB} MiB on {device})",
                 file=out,
             )
+        problems += _sampled(gpus, procs or ProcFs("/proc"), device, out)
     finally:
         cuda.release()
     return problems

@@ -3,7 +3,7 @@
 The composition root (``scheduler/cli.py``) builds the Kubernetes implementation
 (``scheduler.kube.nodeapi``) and hands it in; the agent never imports ``scheduler.kube``.
 Tests hand in memory fakes. Every call is about this node: its own Node object, the pods
-bound to it (``fieldSelector spec.nodeName=<node>``), Events about them.
+bound to it (``fieldSelector spec.nodeName=<node>``), Events about them, evictions of them.
 """
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ class NodeCluster(Protocol):
 
     def event(self, about: ObjectRef, kind: str, reason: str, message: str) -> None:
         """Record an Event (``kind`` Normal or Warning); best effort."""
+
+    def evict(self, pod: ObjectRef) -> None:
+        """Ask the Eviction API (``policy/v1``) to evict the pod, only if its UID is still
+        ``pod.uid``; a GpusliceError says why not (HTTP 429: a PodDisruptionBudget refuses now)."""
 
     def stop(self) -> None: ...
 

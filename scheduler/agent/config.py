@@ -27,6 +27,18 @@ mps:
 cdiRefresh: []                     # a command run after a MIG instance is made or destroyed
 pollSeconds: 2
 admitWaitSeconds: 5                # how long Allocate waits for the pod to show up bound
+metrics: {address: 0.0.0.0, port: 9402}   # /metrics, /healthz, /readyz; port 0: not served
+measure:                           # use per share, sampled every round (scheduler/agent/sampling.py)
+  procRoot: /proc                  # the host's /proc (hostPID): PID -> pod through its cgroup
+  publishSeconds: 30               # the usage annotation at most this often, and only on change
+  strayRoundMiB: 256               # stray memory published for the extender, rounded up to this
+  strayGraceSeconds: 30            # a stray process this long before its Warning Event on the Node
+  strayEventSeconds: 3600          # the same GPU and owner's Event at most this often
+overrun:                           # memory above the share (scheduler/agent/guard.py)
+  graceSeconds: 60                 # for longer than this: an Event, a metric and the action
+  toleranceMiB: 0                  # above the share by more than this
+  action: report                   # report | evict: for namespaces not listed below
+  namespaces: {batch: evict}       # per namespace
 """
 
 from __future__ import annotations
@@ -49,6 +61,10 @@ SOCKET_NAME = "gpuslice.sock"
 POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 CDI_KIND = "nvidia.com/gpu"
 MIG_STRATEGIES = ("dynamic", "static")
+OVERRUN_ACTIONS = ("report", "evict")
+_MEASURE_KEYS = ("procRoot", "publishSeconds", "strayRoundMiB", "strayGraceSeconds", "strayEventSeconds")
+_OVERRUN_KEYS = ("graceSeconds", "toleranceMiB", "action", "namespaces")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MPS_DAEMONS = ("auto", "agent", "external")
 _RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
 _TOP_KEYS = (
@@ -68,6 +84,9 @@ _TOP_KEYS = (
     "cdiRefresh",
     "pollSeconds",
     "admitWaitSeconds",
+    "metrics",
+    "measure",
+    "overrun",
 )
 _SHARING_KEYS = ("mode", "replicas", "mpsClientLimit", "migStrategy", "migProfiles")
 _MPS_KEYS = (
@@ -102,6 +121,32 @@ class MpsSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class MetricsSettings:
+    address: str = "0.0.0.0"
+    port: int = 9402  # 0: no HTTP endpoint
+
+
+@dataclass(frozen=True, slots=True)
+class MeasureSettings:
+    proc_root: str = "/proc"
+    publish_s: float = 30.0
+    stray_round_mib: int = 256
+    stray_grace_s: float = 30.0
+    stray_event_s: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class OverrunSettings:
+    grace_s: float = 60.0
+    tolerance_mib: int = 0
+    action: str = "report"
+    namespaces: Mapping[str, str] = field(default_factory=dict)
+
+    def action_for(self, namespace: str) -> str:
+        return self.namespaces.get(namespace, self.action)
+
+
+@dataclass(frozen=True, slots=True)
 class AgentConfig:
     node: str
     prefix: str = DEFAULT_PREFIX
@@ -119,6 +164,9 @@ class AgentConfig:
     cdi_refresh: tuple[str, ...] = ()
     poll_s: float = 2.0
     admit_wait_s: float = 5.0
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    measure: MeasureSettings = field(default_factory=MeasureSettings)
+    overrun: OverrunSettings = field(default_factory=OverrunSettings)
 
     def sharing_of(self, index: int) -> Sharing:
         return self.gpus.get(index, self.sharing)
@@ -149,6 +197,56 @@ def _str(path: str, value: object, empty: bool = False) -> str:
     if not isinstance(value, str) or (not value and not empty):
         raise ConfigError(f"{path}: must be a {'' if empty else 'non-empty '}string, got {value!r}")
     return value
+
+
+def _seconds(path: str, value: object, high: float = 600) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= high:
+        raise ConfigError(f"{path}: must be a number of seconds in (0, {high:g}], got {value!r}")
+    return float(value)
+
+
+def _action(path: str, value: object) -> str:
+    if value not in OVERRUN_ACTIONS:
+        raise ConfigError(f"{path}: {value!r}; accepted: {', '.join(OVERRUN_ACTIONS)}")
+    return str(value)
+
+
+def _metrics(raw: object) -> MetricsSettings:
+    body = _keys("agent.metrics", raw, ("address", "port"))
+    base = MetricsSettings()
+    return MetricsSettings(
+        _str("agent.metrics.address", body.get("address", base.address)),
+        _int("agent.metrics.port", body.get("port", base.port), 0, 65535),
+    )
+
+
+def _measure(raw: object) -> MeasureSettings:
+    body = _keys("agent.measure", raw, _MEASURE_KEYS)
+    base = MeasureSettings()
+    return MeasureSettings(
+        _str("agent.measure.procRoot", body.get("procRoot", base.proc_root)),
+        _seconds("agent.measure.publishSeconds", body.get("publishSeconds", base.publish_s), 3600),
+        _int("agent.measure.strayRoundMiB", body.get("strayRoundMiB", base.stray_round_mib), 1, 65536),
+        _seconds("agent.measure.strayGraceSeconds", body.get("strayGraceSeconds", base.stray_grace_s), 86400),
+        _seconds("agent.measure.strayEventSeconds", body.get("strayEventSeconds", base.stray_event_s), 86400),
+    )
+
+
+def _overrun(raw: object) -> OverrunSettings:
+    body = _keys("agent.overrun", raw, _OVERRUN_KEYS)
+    base = OverrunSettings()
+    namespaces = body.get("namespaces") or {}
+    if not isinstance(namespaces, Mapping):
+        raise ConfigError("agent.overrun.namespaces: must be a mapping of namespace to report or evict")
+    for name in namespaces:
+        if not isinstance(name, str) or not _NAMESPACE.match(name):
+            raise ConfigError(f"agent.overrun.namespaces: {name!r} is not a namespace name")
+    return OverrunSettings(
+        _seconds("agent.overrun.graceSeconds", body.get("graceSeconds", base.grace_s), 86400),
+        _int("agent.overrun.toleranceMiB", body.get("toleranceMiB", base.tolerance_mib), 0),
+        _action("agent.overrun.action", body.get("action", base.action)),
+        {n: _action(f"agent.overrun.namespaces.{n}", a) for n, a in namespaces.items()},
+    )
 
 
 def _sharing(path: str, raw: object, base: Sharing) -> Sharing:
@@ -244,8 +342,7 @@ def load_config(path: str | None, node: str, environ: Mapping[str, str]) -> Agen
     poll = body.get("pollSeconds", 2)
     wait = body.get("admitWaitSeconds", 5)
     for key, value in (("pollSeconds", poll), ("admitWaitSeconds", wait)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 600:
-            raise ConfigError(f"agent.{key}: must be a number of seconds in (0, 600], got {value!r}")
+        _seconds(f"agent.{key}", value)
     return AgentConfig(
         node=_str("agent.node", name),
         prefix=prefix,
@@ -277,4 +374,7 @@ def load_config(path: str | None, node: str, environ: Mapping[str, str]) -> Agen
         cdi_refresh=tuple(refresh),
         poll_s=float(poll),
         admit_wait_s=float(wait),
+        metrics=_metrics(body.get("metrics")),
+        measure=_measure(body.get("measure")),
+        overrun=_overrun(body.get("overrun")),
     )

@@ -9,12 +9,13 @@ MIG instances at placements, processes with host PIDs and used memory, NVLink an
           - {profile: 3g.40gb, start: 4, uuid: MIG-hand-0}
         processes:
           - {pid: 4242, usedMemoryMiB: 2048, instance: MIG-hand-0}
+          - {pid: 4243, usedMemoryMiB: 512, smPercent: 35}   # SM utilisation (not on MIG)
         nvlink: [1]               # peer indices
         xids: [79]                # XID events waiting to be read
 
 The MIG slot rules are the core's (scheduler.core.mig), so a placement the hardware would
 refuse is refused here too. Tests drive it further through its methods (``xid``,
-``fail_next_create``, ``add_process``).
+``fail_next_create``, ``add_process``, ``set_process``, ``remove_process``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .gpus import GpuError, GpuInfo, HealthEvent, MigInfo, ProcessInfo, fatal
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "fake-gpus.yaml"
 GPU_KEYS = ("model", "uuid", "memoryMiB", "smCount", "mig", "instances", "processes", "nvlink", "xids")
+PROCESS_KEYS = ("pid", "usedMemoryMiB", "instance", "smPercent")
 
 
 @dataclass
@@ -176,10 +178,26 @@ class FakeGpus:
         assert found is not None, profile
         return self.create_mig(gpu.info.uuid, found.compute_slices, found.memory_slots, start)
 
-    def add_process(self, index: int, pid: int, used_memory_mib: int, instance_uuid: str = "") -> None:
+    def add_process(
+        self, index: int, pid: int, used_memory_mib: int, instance_uuid: str = "", sm_percent: int | None = None
+    ) -> None:
         with self._lock:
             gpu = self._gpus[index]
-            gpu.processes.append(ProcessInfo(pid, used_memory_mib, gpu.info.uuid, instance_uuid))
+            gpu.processes.append(ProcessInfo(pid, used_memory_mib, gpu.info.uuid, instance_uuid, sm_percent))
+
+    def set_process(self, index: int, pid: int, used_memory_mib: int, sm_percent: int | None = None) -> None:
+        """The process's memory (and SM utilisation) changes, as a running job's does."""
+        with self._lock:
+            gpu = self._gpus[index]
+            gpu.processes = [
+                replace(p, used_memory_mib=used_memory_mib, sm_percent=sm_percent) if p.pid == pid else p
+                for p in gpu.processes
+            ]
+
+    def remove_process(self, index: int, pid: int) -> None:
+        with self._lock:
+            gpu = self._gpus[index]
+            gpu.processes = [p for p in gpu.processes if p.pid != pid]
 
     def remove_processes(self, index: int) -> None:
         with self._lock:
@@ -251,13 +269,20 @@ def _gpu(path: str, index: int, raw: object) -> tuple[_Gpu, list[int]]:
     for k, proc in enumerate(raw.get("processes") or []):
         where = f"{path}.processes[{k}]"
         if not isinstance(proc, Mapping):
-            raise ConfigError(f"{where}: must be a mapping {{pid, usedMemoryMiB, instance}}")
+            raise ConfigError(f"{where}: must be a mapping {{pid, usedMemoryMiB, instance, smPercent}}")
+        unknown = sorted(set(proc) - set(PROCESS_KEYS))
+        if unknown:
+            raise ConfigError(f"{where}.{unknown[0]}: unknown key; accepted: {', '.join(PROCESS_KEYS)}")
+        sm = _int(where, proc, "smPercent", 0) if "smPercent" in proc else None
+        if sm is not None and (sm > 100 or proc.get("instance")):
+            raise ConfigError(f"{where}.smPercent: 0..100, and NVML gives none in a MIG instance")
         gpu.processes.append(
             ProcessInfo(
                 _int(where, proc, "pid", 0),
                 _int(where, proc, "usedMemoryMiB", 0),
                 uuid,
                 str(proc.get("instance") or ""),
+                sm,
             )
         )
     peers = raw.get("nvlink") or []

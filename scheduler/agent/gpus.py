@@ -5,8 +5,8 @@ Two implementations: :mod:`scheduler.agent.nvml` (the real one, on nvidia-ml-py)
 is tested with no GPU. Nothing else in the agent touches a GPU.
 
 The seam never changes MIG mode and has no call that could: the agent must not (DESIGN §9).
-Processes carry host PIDs and used memory per GPU and MIG instance, which is what measuring
-each share's use needs later.
+Processes carry host PIDs, used memory and, where NVML samples it, SM utilisation, per GPU
+and MIG instance: what measuring each share's use rests on (:mod:`scheduler.agent.sampling`).
 """
 
 from __future__ import annotations
@@ -65,12 +65,17 @@ class MigInfo:
 
 @dataclass(frozen=True, slots=True)
 class ProcessInfo:
-    """A compute process on a GPU (``instance_uuid`` set when it runs in a MIG instance)."""
+    """A compute process on a GPU (``instance_uuid`` set when it runs in a MIG instance).
+
+    ``sm_percent`` is the share of the GPU's SMs the process kept busy over NVML's last
+    sampling window, 0..100; None where NVML gives no per-process utilisation (MIG
+    instances, GPUs or drivers that do not support it)."""
 
     pid: int  # host PID: the agent runs in the host PID namespace
     used_memory_mib: int
     gpu_uuid: str
     instance_uuid: str = ""
+    sm_percent: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +114,8 @@ class Gpus(Protocol):
         """Destroy the instance (its compute instances first); GpuError if it is busy or gone."""
 
     def processes(self, gpu_uuid: str) -> tuple[ProcessInfo, ...]:
-        """Compute processes on the GPU and its MIG instances, with host PIDs and used memory."""
+        """Compute processes on the GPU and its MIG instances, with host PIDs, used memory and
+        SM utilisation where NVML samples it."""
 
     def nvlink_peers(self, gpu_uuid: str) -> tuple[str, ...]:
         """UUIDs of the GPUs linked to this one by an active NVLink."""

@@ -1,9 +1,10 @@
 """The node's inventory from the hardware: the core's :class:`Node`, written with the core's codec.
 
 Per GPU: UUID, model (from NVML's product name, memory and SM count), MIG mode and the
-instances there with their placements and UUIDs, NVLink peers, health, and the sharing mode
-from the configuration. MIG mode on the hardware decides: a GPU in MIG mode is a MIG GPU
-whatever the configuration says, and a GPU with MIG off is never offered as one.
+instances there with their placements and UUIDs, NVLink peers, health, the sharing mode
+from the configuration, and the memory stray processes hold (measured each round). MIG mode
+on the hardware decides: a GPU in MIG mode is a MIG GPU whatever the configuration says, and a
+GPU with MIG off is never offered as one.
 On a dynamic-MIG GPU the instances are split by who made them: ``mig_managed`` (the agent,
 for records) and ``mig_taken`` (anyone else: never touched, their slots never offered).
 """
@@ -39,9 +40,11 @@ def build_node(
     managed: Collection[str],
     unhealthy: Mapping[str, str],
     peers: Mapping[str, tuple[str, ...]],
+    stray: Mapping[str, int] | None = None,
 ) -> tuple[Node, list[str]]:
     """The node as the extender will read it, and a line for each GPU that could not be
-    described as configured (it is then kept off with a reason, never guessed)."""
+    described as configured (it is then kept off with a reason, never guessed). ``stray``:
+    GPU UUID -> memory held by processes no record accounts for (GPUs not in MIG mode)."""
     devices: list[Device] = []
     warnings: list[str] = []
     index_of = {g.uuid: g.index for g in gpus}
@@ -100,6 +103,7 @@ def build_node(
                 unhealthy_reason=reason,
                 mig_taken=tuple(sorted(taken, key=lambda i: i.start)),
                 mig_managed=tuple(sorted(ours, key=lambda i: i.start)),
+                stray_memory_mib=0 if mode is SharingMode.MIG else (stray or {}).get(info.uuid, 0),
             )
         )
         for peer in peers.get(info.uuid, ()):

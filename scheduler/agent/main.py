@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 from scheduler.core.errors import GpusliceError
@@ -22,6 +23,7 @@ from .cluster import NodeCluster
 from .config import AgentConfig, load_config
 from .fake import FakeGpus
 from .gpus import Gpus
+from .http import Health, MetricsServer
 from .inventory import build_node
 from .mps import MpsDaemons, SubprocessRunner
 from .plugin import DevicePlugin, PluginError
@@ -84,17 +86,26 @@ def _serve(config: AgentConfig, gpus: Gpus, cluster: NodeCluster, stop: threadin
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
     plugin = DevicePlugin(agent)
+    health = Health(config.poll_s, time.monotonic)
+    server = None
+    if config.metrics.port:
+        server = MetricsServer(agent.measure.registry, health, config.metrics.address, config.metrics.port).start()
+        log.info("serving /metrics, /healthz and /readyz on %s:%d", config.metrics.address, server.port)
     try:
         agent.start()
         cluster.follow_pods(agent.on_pod)
+        health.started = True
         while not stop.is_set():
             agent.tick()
+            health.round_done()
             try:
                 plugin.check()
             except PluginError as exc:
                 log.warning("%s; trying again in %.0fs", exc, config.poll_s)
             stop.wait(config.poll_s)
     finally:
+        if server is not None:
+            server.stop()
         plugin.stop()
         cluster.stop()
         mps.stop()

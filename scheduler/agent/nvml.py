@@ -38,6 +38,7 @@ class NvmlGpus:
         self._events: Any = None
         self._lost: set[str] = set()
         self._known: dict[int, GpuInfo] = {}
+        self._util_seen: dict[str, int] = {}  # GPU UUID -> newest utilisation sample read (NVML's microseconds)
         try:
             self._events = pynvml.nvmlEventSetCreate()
             for handle in self._handles():
@@ -56,8 +57,11 @@ class NvmlGpus:
         except self._nvml.NVMLError as exc:
             raise GpuError(f"NVML {what}: {exc}") from exc
 
-    def _try(self, fn: Callable[..., Any], default: Any, *args: Any) -> Any:
-        """``fn(*args)``, or ``default`` if NVML refuses (not supported, not found)."""
+    def _try(self, fn: Callable[..., Any] | None, default: Any, *args: Any) -> Any:
+        """``fn(*args)``, or ``default`` if NVML refuses (not supported, not found) or the
+        binding lacks the call (``fn`` None)."""
+        if fn is None:
+            return default
         try:
             return fn(*args)
         except self._nvml.NVMLError:
@@ -142,18 +146,47 @@ class NvmlGpus:
             return tuple(inst for inst, _ in self._instances(gpu_uuid, handle))
 
     def processes(self, gpu_uuid: str) -> tuple[ProcessInfo, ...]:
+        """Compute processes (MPS clients too) per GPU or MIG instance; on a whole GPU, each one's
+        SM utilisation over the window since the last call (NVML keeps none per MIG instance)."""
         nvml = self._nvml
         out: list[ProcessInfo] = []
         with self._lock, self._call(f"processes of {gpu_uuid}"):
             handle = self._handle(gpu_uuid)
             migs = list(self._mig_devices(handle))
             sources = [(m, self._text(nvml.nvmlDeviceGetUUID(m))) for m in migs] or [(handle, "")]
+            sm = self._sm_percent(gpu_uuid, handle) if not migs else None
             for source, instance in sources:
-                for proc in self._try(nvml.nvmlDeviceGetComputeRunningProcesses, [], source):
+                seen: set[int] = set()
+                listed = [
+                    *self._try(nvml.nvmlDeviceGetComputeRunningProcesses, [], source),
+                    *self._try(getattr(nvml, "nvmlDeviceGetMPSComputeRunningProcesses", None), [], source),
+                ]
+                for proc in listed:
+                    pid = int(proc.pid)
+                    if pid in seen:
+                        continue
+                    seen.add(pid)
                     used = proc.usedGpuMemory
                     memory = int(used) // MIB if isinstance(used, int) and used >= 0 else 0
-                    out.append(ProcessInfo(int(proc.pid), memory, gpu_uuid, instance))
+                    out.append(ProcessInfo(pid, memory, gpu_uuid, instance, None if sm is None else sm.get(pid, 0)))
         return tuple(out)
+
+    def _sm_percent(self, gpu_uuid: str, handle: Any) -> dict[int, int] | None:
+        """PID -> the highest SM utilisation NVML sampled for it since the last call; None where
+        NVML keeps no per-process samples. No sample since then means the processes were idle."""
+        nvml = self._nvml
+        try:
+            samples = nvml.nvmlDeviceGetProcessUtilization(handle, self._util_seen.get(gpu_uuid, 0))
+        except nvml.NVMLError as exc:
+            # no sample since the timestamp (NVML answers NOT_FOUND, or SUCCESS with none)
+            idle = getattr(exc, "value", None) in (nvml.NVML_ERROR_NOT_FOUND, nvml.NVML_SUCCESS)
+            return {} if idle else None
+        out: dict[int, int] = {}
+        for sample in samples:
+            pid = int(sample.pid)
+            out[pid] = max(out.get(pid, 0), min(100, int(sample.smUtil)))
+            self._util_seen[gpu_uuid] = max(self._util_seen.get(gpu_uuid, 0), int(sample.timeStamp))
+        return out
 
     def nvlink_peers(self, gpu_uuid: str) -> tuple[str, ...]:
         nvml = self._nvml

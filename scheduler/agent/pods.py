@@ -31,6 +31,11 @@ class PodInfo:
     share_containers: tuple[str, ...]  # containers and init containers requesting the resource
     started: bool  # kubelet has reported a container status: admitted long ago
     order: tuple[str, str, str]  # (record timestamp, creation timestamp, key): kubelet's likely order
+    containers: tuple[tuple[str, str], ...] = ()  # (container ID, name) from the container statuses
+
+    def container_name(self, container_id: str) -> str:
+        """The name of the container with that runtime ID ("" if the statuses do not list it)."""
+        return next((name for cid, name in self.containers if cid == container_id), "") if container_id else ""
 
     @property
     def namespace(self) -> str:
@@ -90,6 +95,12 @@ def pod_info(key: str, pod: Mapping[str, Any], node: str, prefix: str, resource:
     started = any(
         isinstance(s, Mapping) and ("running" in _map(s, "state") or "terminated" in _map(s, "state")) for s in statuses
     )
+    # containerID is "<runtime>://<id>" (containerd://, cri-o://, docker://)
+    containers = tuple(
+        (str(s.get("containerID")).rsplit("://", 1)[-1], str(s.get("name") or ""))
+        for s in statuses
+        if isinstance(s, Mapping) and s.get("containerID")
+    )
     return PodInfo(
         key,
         str(meta.get("uid") or ""),
@@ -100,4 +111,5 @@ def pod_info(key: str, pod: Mapping[str, Any], node: str, prefix: str, resource:
         share_containers(pod, resource),
         started,
         (timestamp, str(meta.get("creationTimestamp") or ""), key),
+        containers,
     )

@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from .errors import RecordError
 from .inventory import SharingMode
 
@@ -103,8 +105,8 @@ def decode_record(text: object, pod: str) -> Allocation:
     if not isinstance(text, str):
         raise RecordError(pod, f"allocation record must be a JSON string, got {type(text).__name__}")
     try:
-        body = json.loads(text)
-    except (ValueError, RecursionError) as exc:
+        body = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
         raise RecordError(pod, f"allocation record is not JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise RecordError(pod, "allocation record must be a JSON object")
@@ -152,8 +154,8 @@ def decode_record(text: object, pod: str) -> Allocation:
 def record_header(text: str) -> tuple[str | None, str | None]:
     """The ``node`` and ``timestamp`` of a record, without decoding the rest (None where unreadable)."""
     try:
-        body = json.loads(text)
-    except (ValueError, RecursionError):
+        body = orjson.loads(text)
+    except orjson.JSONDecodeError:
         return None, None
     if not isinstance(body, dict):
         return None, None

@@ -27,15 +27,17 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from itertools import repeat
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from .capacity import GAP_LEVELS
-from .fit import fit, host_reason
+from .capacity import GAP_LEVELS, DeviceUsage, Refusal, device_key
+from .fit import device_share, fit, host_reason, shortage
+from .inventory import Device, Node
 from .policies.base import Policy, Reads, demand_key, reads, version
-from .request import Demand
-from .select import NO_MOVE, Placement, Scored, evaluate, finish, score_node
+from .request import Demand, GpuKind, GpuRequest
+from .select import Placement, Scored, evaluate, finish, score_node
 from .state import NodeState
 
 UNKNOWN_NODE = "node unknown to gpuslice"
@@ -114,12 +116,45 @@ class _ReasonTable:
             self.stamps = np.concatenate([self.stamps, np.full(extra, -1, dtype=np.int64)])
 
 
-@dataclass(frozen=True, slots=True)
-class _Cluster:
-    """The :class:`~scheduler.core.policies.base.Cluster` a policy's ``adjust`` reads."""
+class _Hosting:
+    """What each device state (by id, see ``Board._devs``) answers one GPU request: whether
+    the request's selectors allow the GPU, whether it can take one share, and if not why;
+    worked out only for the device states of the nodes asked about."""
 
-    gaps: np.ndarray
-    moves: np.ndarray
+    __slots__ = ("allowed", "hosts", "known", "refusals")
+
+    def __init__(self) -> None:
+        self.known = np.ones(1, dtype=bool)  # id 0: no device
+        self.allowed = np.zeros(1, dtype=bool)
+        self.hosts = np.zeros(1, dtype=bool)
+        self.refusals: dict[int, Refusal] = {}  # the device states asked about that refuse
+
+    def grow(self, size: int) -> None:
+        """Nothing to do: :meth:`Board._hosted` works out device states as they appear."""
+
+
+class _Cluster:
+    """The :class:`~scheduler.core.policies.base.Cluster` a policy's ``adjust`` reads; the
+    moves are gathered only when read."""
+
+    __slots__ = ("_moves", "_positions", "_table", "gaps")
+
+    def __init__(self, gaps: np.ndarray, table: _ScoreTable, positions: np.ndarray | None, size: int) -> None:
+        self.gaps = gaps
+        self._table = table
+        self._positions = positions
+        self._moves: np.ndarray | None = table.moves[:, :size] if positions is None else None
+
+    @property
+    def moves(self) -> np.ndarray:
+        if self._moves is None:
+            assert self._positions is not None
+            positions = self._positions
+            moves = np.full((2, len(positions)), -1, dtype=np.int64)
+            where = positions >= 0
+            moves[:, where] = self._table.moves[:, positions[where]]
+            self._moves = moves
+        return self._moves
 
 
 class _Ids:
@@ -143,10 +178,15 @@ class _Ids:
         return len(self.values)
 
 
+def _signature(kind: int, state: NodeState) -> Hashable:
+    """What a node's score can depend on (see Reads): nodes with equal signatures score alike."""
+    return (kind, state.usage, state.cpu_milli, state.memory_mib, len(state.pods))
+
+
 class Board:
-    _MAX_TABLES = 512
+    _MAX_TABLES = 128  # per kind of table; a score table is about 36 bytes per node
     _MAX_TEXTS = 100_000
-    _MAX_SIGNATURES = 1_000_000
+    _ID_SLACK = 4096  # ids past four per node (per GPU) and this many: numbered again
 
     def __init__(self, states: Iterable[NodeState] = (), order: Mapping[str, int] | None = None) -> None:
         self._order = dict(order or {})
@@ -166,6 +206,15 @@ class Board:
         self._signature = np.zeros(0, dtype=np.int64)  # node state signature id (-1 for none)
         self._levels: list[list[int]] = []
         self._gaps = np.zeros(GAP_LEVELS + 1, dtype=np.int64)
+        # Each GPU of each node by its device state (kind, oversubscription, usage) as a small
+        # int, 0 for no GPU: GPUs in one state answer every fit question alike, so a request is
+        # worked out once per state (there are far fewer states than GPUs), then per node by
+        # counting with arrays.
+        self._devs = np.zeros((0, 0), dtype=np.int32)
+        self._dev_ids = _Ids()
+        self._dev_ids.of(None)
+        self._dev_states: list[tuple[Node, Device, DeviceUsage] | None] = [None]
+        self._hosting: OrderedDict[Hashable, _Hosting] = OrderedDict()
         self._kinds = _Ids()
         self._signatures = _Ids()
         self._scores: OrderedDict[Hashable, _ScoreTable] = OrderedDict()
@@ -217,8 +266,7 @@ class Board:
 
     def positions(self, names: Sequence[str]) -> np.ndarray:
         """Each name's position (``-1`` if unknown); stable until :attr:`layout` changes."""
-        index = self._index
-        return np.fromiter((index.get(n, -1) for n in names), dtype=np.int64, count=len(names))
+        return np.fromiter(map(self._index.get, names, repeat(-1)), dtype=np.int64, count=len(names))
 
     def put(self, state: NodeState) -> None:
         """Add a node or replace its state."""
@@ -275,6 +323,7 @@ class Board:
         self._problem = more(self._problem, 0)
         self._kind = more(self._kind, -1)
         self._signature = more(self._signature, -1)
+        self._devs = np.concatenate([self._devs, np.zeros((extra, self._devs.shape[1]), dtype=np.int32)])
         self._states.extend([None] * extra)
         self._levels.extend([[] for _ in range(extra)])
 
@@ -289,7 +338,9 @@ class Board:
             self._levels[i] = []
             self._cpu_free[i] = self._memory_free[i] = self._room[i] = 0
             self._kind[i] = self._signature[i] = -1
+            self._devs[i] = 0
             return
+        self._set_devices(i, state)
         levels = state.gap_levels()
         for level in levels:
             self._gaps[level] += 1
@@ -299,13 +350,103 @@ class Board:
         self._room[i] = state.node.max_pods - len(state.pods)
         kind = self._kinds.of(state.node.kind)
         self._kind[i] = kind
-        if len(self._signatures) > self._MAX_SIGNATURES:  # ids are never reused: start the tables afresh
-            self._signatures = _Ids()
-            for table in self._scores.values():
-                table.by_signature.clear()
-        self._signature[i] = self._signatures.of(
-            (kind, state.usage, state.cpu_milli, state.memory_mib, len(state.pods))
-        )
+        self._signature[i] = self._signatures.of(_signature(kind, state))
+        slack = self._ID_SLACK
+        if len(self._signatures) > 4 * self._size + slack or len(self._dev_ids) > 4 * self._devs.size + slack:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Number the node signatures and device states again from those in use: states come
+        and go with every bind, and the tables of ids would otherwise grow for ever. What was
+        worked out per id goes with them."""
+        self._signatures = _Ids()
+        self._dev_ids = _Ids()
+        self._dev_ids.of(None)
+        self._dev_states = [None]
+        self._hosting.clear()
+        for table in self._scores.values():
+            table.by_signature.clear()
+        for i, state in enumerate(self._states):
+            if state is not None:
+                self._signature[i] = self._signatures.of(_signature(int(self._kind[i]), state))
+                self._set_devices(i, state)
+
+    def _set_devices(self, i: int, state: NodeState) -> None:
+        node = state.node
+        width = len(node.devices)
+        if width > self._devs.shape[1]:
+            grown = np.zeros((len(self._devs), width), dtype=np.int32)
+            grown[:, : self._devs.shape[1]] = self._devs
+            self._devs = grown
+        row = self._devs[i]
+        row[:] = 0
+        ids, states = self._dev_ids, self._dev_states
+        for g, (device, usage) in enumerate(zip(node.devices, state.usage, strict=True)):
+            key = device_key(node, device, usage)
+            known = len(ids)
+            row[g] = found = ids.of(key)
+            if found == known:
+                states.append((node, device, usage))
+
+    def _hosted(self, gpu: GpuRequest, rows: np.ndarray) -> _Hosting:
+        """The :class:`_Hosting` of ``gpu``, worked out for the device states in ``rows``."""
+        table = self._kept(self._hosting, gpu, lambda _size: _Hosting())
+        total = len(self._dev_ids)
+        extra = total - len(table.known)
+        if extra > 0:
+            table.known = np.concatenate([table.known, np.zeros(extra, dtype=bool)])
+            table.allowed = np.concatenate([table.allowed, np.zeros(extra, dtype=bool)])
+            table.hosts = np.concatenate([table.hosts, np.zeros(extra, dtype=bool)])
+        unknown = ~table.known[rows]
+        if unknown.any():
+            for device_id in set(rows[unknown].tolist()):
+                entry = self._dev_states[device_id]
+                assert entry is not None
+                node, device, usage = entry
+                allowed = gpu.allows_model(device.model.name) and gpu.allows_mode(device.mode)
+                result = device_share(gpu, node, device, usage)
+                refused = result if isinstance(result, Refusal) else None
+                table.allowed[device_id] = allowed
+                table.hosts[device_id] = allowed and refused is None
+                if refused is not None:
+                    table.refusals[device_id] = refused
+                table.known[device_id] = True
+        return table
+
+    def _gpu_fits(self, gpu: GpuRequest, positions: np.ndarray) -> np.ndarray:
+        """Per position, whether ``gpu`` finds enough GPUs (fit's own test, counted with arrays)."""
+        if gpu.kind is GpuKind.NONE:
+            fits: np.ndarray = self._kind[positions] >= 0
+            return fits
+        rows = self._devs[positions]
+        counts = self._hosted(gpu, rows).hosts[rows].sum(axis=1)
+        enough: np.ndarray = counts >= max(1, gpu.count)
+        return enough
+
+    def _gpu_reasons(self, gpu: GpuRequest, positions: np.ndarray) -> np.ndarray:
+        """Text ids of why ``gpu`` does not fit on each of ``positions`` (nodes with a state
+        where it does not): fit's own reason, asked once per node kind and row of device states."""
+        devices = self._devs[positions]
+        table = self._hosted(gpu, devices)
+        rows = np.column_stack([self._kind[positions].astype(np.int64), devices])
+        unique, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        texts = np.zeros(len(unique), dtype=np.int32)
+        for u in range(len(unique)):
+            state = self._states[int(positions[first[u]])]
+            assert state is not None
+            options = 0
+            refusals: list[Refusal] = []
+            for device_id in unique[u, 1 : 1 + len(state.node.devices)].tolist():
+                if not table.allowed[device_id]:
+                    continue
+                refused = table.refusals.get(device_id)
+                if refused is None:
+                    options += 1
+                else:
+                    refusals.append(refused)
+            texts[u] = self._text(shortage(gpu, state.node, options, refusals))
+        reasons: np.ndarray = texts[inverse.reshape(-1)]
+        return reasons
 
     def _text(self, text: str) -> int:
         found = self._text_ids.get(text)
@@ -353,34 +494,56 @@ class Board:
         else:
             stale = positions[table.stamps[positions] != self._stamp[positions]]
         if len(stale):
-            shared = Reads.PODS not in reads(policy)
-            memo = table.by_signature
-            if len(memo) > 4 * self._size + 1024:
-                memo.clear()
-            states, signature, problem = self._states, self._signature, self._problem
-            for i in stale.tolist():
-                state = states[i]
-                result: Scored | str
-                if state is None:
-                    result = self._texts[problem[i]] or UNKNOWN_NODE
-                elif not shared:
-                    result = score_node(policy, demand, state)
-                else:
-                    sig = int(signature[i])
-                    found = memo.get(sig)
-                    if found is None:
-                        found = memo[sig] = score_node(policy, demand, state)
-                    result = found
-                if isinstance(result, str):
-                    table.scores[i] = -np.inf
-                    table.moves[:, i] = NO_MOVE
-                    table.reasons[i] = self._text(result)
-                else:
-                    table.scores[i] = result.score
-                    table.moves[:, i] = result.move
-                    table.reasons[i] = 0
+            fits = self._gpu_fits(demand.gpu, stale)
+            out = stale[~fits]
+            table.scores[out] = -np.inf
+            table.moves[:, out] = -1
+            table.reasons[out] = -1  # worked out when asked (see _reasons_now)
+            work = stale[fits]
+            if len(work):
+                self._score(policy, demand, table, work)
             table.stamps[stale] = self._stamp[stale]
         return table
+
+    def _state(self, i: int) -> NodeState:
+        state = self._states[i]
+        assert state is not None, i
+        return state
+
+    def _score(self, policy: Policy, demand: Demand, table: _ScoreTable, work: np.ndarray) -> None:
+        """Score ``work`` (positions where the GPU request fits), once per node state: nodes
+        with one signature share the answer (unless the policy reads the pods themselves)."""
+        if Reads.PODS in reads(policy):
+            scored = [score_node(policy, demand, self._state(i)) for i in work.tolist()]
+            at = work
+        else:
+            memo = table.by_signature
+            if len(memo) > self._size // 2 + 256:
+                memo.clear()
+            slots: dict[int, int] = {}  # signature -> its place in scored
+            scored = []
+            places = []
+            for sig, i in zip(self._signature[work].tolist(), work.tolist(), strict=True):
+                place = slots.get(sig)
+                if place is None:
+                    found = memo.get(sig)
+                    if found is None:
+                        found = memo[sig] = score_node(policy, demand, self._state(i))
+                    place = slots[sig] = len(scored)
+                    scored.append(found)
+                places.append(place)
+            at = np.array(places, dtype=np.int64)
+        values = np.empty(len(scored))
+        moves = np.empty((2, len(scored)), dtype=np.int64)
+        for k, result in enumerate(scored):
+            assert not isinstance(result, str), result  # fit agrees with the counts of _gpu_fits
+            values[k] = result.score
+            moves[:, k] = result.move
+        if at is work:
+            table.scores[work], table.moves[:, work] = values, moves
+        else:
+            table.scores[work], table.moves[:, work] = values[at], moves[:, at]
+        table.reasons[work] = 0
 
     def _raw(self, policy: Policy, demand: Demand, positions: np.ndarray | None) -> tuple[np.ndarray, _ScoreTable]:
         """Raw scores per position (None: every position, in order, free ones never fitting),
@@ -395,16 +558,22 @@ class Board:
                 & (self._memory_free[:n] >= demand.memory_mib)
             )
             return np.where(fits, table.scores[:n], -np.inf), table
+        if 2 * len(positions) >= self._size:  # most of the cluster: work on slices, gather once
+            everywhere, table = self._raw(policy, demand, None)
+            return np.where(positions >= 0, everywhere[positions], -np.inf), table
         where = positions >= 0
-        known = positions[where]
+        known = positions if where.all() else positions[where]
         table = self._score_table(policy, demand, known)
         fits = (
             (self._room[known] > 0)
             & (self._cpu_free[known] >= demand.cpu_milli)
             & (self._memory_free[known] >= demand.memory_mib)
         )
+        listed = np.where(fits, table.scores[known], -np.inf)
+        if known is positions:
+            return listed, table
         scores = np.full(len(positions), -np.inf)
-        scores[where] = np.where(fits, table.scores[known], -np.inf)
+        scores[where] = listed
         return scores, table
 
     def filter(self, policy: Policy, demand: Demand, positions: np.ndarray | None = None) -> Outcomes:
@@ -432,11 +601,20 @@ class Board:
         """Why ``demand`` does not fit now on ``positions``, nodes it could fit empty (text ids)."""
         table = self._kept(self._reasons, (demand.cpu_milli, demand.memory_mib, demand.gpu), _ReasonTable)
         stale = positions[table.stamps[positions] != self._stamp[positions]]
+        gpu_side: list[int] = []
         for i in stale.tolist():
             state = self._states[i]
             assert state is not None  # nodes without a state are never resolvable
             host = host_reason(demand, state)
-            table.reasons[i] = self._text(host) if host is not None else scored.reasons[i]
+            if host is not None:
+                table.reasons[i] = self._text(host)
+            elif scored.reasons[i] >= 0:
+                table.reasons[i] = scored.reasons[i]
+            else:
+                gpu_side.append(i)
+        if gpu_side:
+            at = np.array(gpu_side, dtype=np.int64)
+            table.reasons[at] = scored.reasons[at] = self._gpu_reasons(demand.gpu, at)
         table.stamps[stale] = self._stamp[stale]
         reasons: np.ndarray = table.reasons[positions]
         return reasons
@@ -457,8 +635,8 @@ class Board:
             self._never.move_to_end(key)
         kinds = self._kind[positions]
         has = kinds >= 0
-        missing = np.unique(kinds[has][by_kind[kinds[has]] < 0])
-        for kind in missing.tolist():
+        missing = set(kinds[has][by_kind[kinds[has]] < 0].tolist())
+        for kind in missing:
             j = int(np.flatnonzero(kinds == kind)[0])
             state = self._states[int(positions[j])]
             assert state is not None
@@ -480,25 +658,28 @@ class Board:
 
     def _finished(self, policy: Policy, demand: Demand, positions: np.ndarray | None) -> np.ndarray:
         scores, table = self._raw(policy, demand, positions)
-        if positions is None:
-            moves = table.moves[:, : self._size]
-        else:
-            moves = np.full((2, len(positions)), -1, dtype=np.int64)
-            where = positions >= 0
-            moves[:, where] = table.moves[:, positions[where]]
-        return finish(policy, demand, scores, _Cluster(self._gaps, moves))
+        return finish(policy, demand, scores, _Cluster(self._gaps, table, positions, self._size))
+
+    def pick(self, scores: np.ndarray, positions: np.ndarray) -> int | None:
+        """Which of ``positions`` the highest of ``scores`` (one per position) goes to, as
+        :meth:`best` picks (ties: the lowest ``order``, then position); None if none fits."""
+        feasible = np.flatnonzero(scores > -np.inf)
+        if not len(feasible):
+            return None
+        values = scores[feasible]
+        top = feasible[values == values.max()]
+        if len(top) == 1:
+            return int(top[0])
+        return int(top[np.argmin(self._rank[positions[top]])])
 
     def best(self, policy: Policy, demand: Demand) -> Placement | None:
         """The winning placement over every node (ties: the lowest ``order``, then position)."""
         if not self._index:
             return None
         scores = self._finished(policy, demand, None)
-        feasible = np.flatnonzero(scores > -np.inf)
-        if not len(feasible):
+        chosen = self.pick(scores, np.arange(self._size))
+        if chosen is None:
             return None
-        values = scores[feasible]
-        top = feasible[values == values.max()]
-        chosen = int(top[np.argmin(self._rank[top])]) if len(top) > 1 else int(top[0])
         state = self._states[chosen]
         assert state is not None
         result = evaluate(policy, demand, state)

@@ -12,6 +12,13 @@ Per mode, for one device and its usage:
   serves only its pre-created instances
 
 :func:`refusal` says why a share does not fit (None if it does); :func:`free` what is left.
+
+Memory that processes no record accounts for hold (``Device.stray_memory_mib``, measured by
+the node agent) is not a capacity rule either: the records on a GPU hold what they hold
+whatever else runs there. It is a placement rule, :func:`stray_refusal`, asked with the
+capacity rules for every new share; and :func:`free` leaves it out of what is free. On MIG
+GPUs the hardware confines every process to an instance, so a stray process takes memory from
+an instance's holder, not from the free slots: it is reported, never counted here.
 The free share in milli-GPU (:attr:`Free.milli`) is the one measure policies share. A
 refusal's text never holds ``%``: it reaches kube-scheduler, which formats some of its
 messages with Go's ``fmt``.
@@ -89,6 +96,23 @@ def unhealthy(device: Device) -> Refusal | None:
     if device.healthy:
         return None
     return Refusal(f"GPU {device.index} is unhealthy: {device.unhealthy_reason or 'reported by the node agent'}", 0)
+
+
+def stray_refusal(node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) -> Refusal | None:
+    """Why the memory that stray processes hold on ``device`` keeps ``share`` off it (None if
+    it does not): an exclusive GPU with any is not free; on MPS and time-slicing GPUs the share
+    must fit in what the records and the strays leave."""
+    stray = device.stray_memory_mib
+    if stray <= 0 or device.mode is SharingMode.MIG:
+        return None
+    held = f"{stray} MiB held by processes no allocation record accounts for"
+    if device.mode is SharingMode.EXCLUSIVE:
+        return Refusal(f"GPU {device.index} is not free: {held}", 0)
+    cap = device.memory_mib if device.mode is SharingMode.MPS else device.memory_mib * node.ts_memory_oversub_pct // 100
+    left = max(0, cap - usage.memory_mib - stray)
+    if share.memory_mib <= left:
+        return None
+    return Refusal(f"needs {share.memory_mib} MiB on one GPU, free {left} MiB ({held})", left, share.memory_mib)
 
 
 def refusal(node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) -> Refusal | None:
@@ -181,30 +205,37 @@ def free(node: Node, device: Device, usage: DeviceUsage) -> Free:
     free memory, as shares of the GPU, 0 at the client limit; time-slicing free memory as a
     share of the GPU, 0 with no replica left; MIG the smaller of free memory slots and free
     compute slices, as shares of the layout (static geometry: the free pre-created instances).
-    An unhealthy GPU has nothing free.
+    An unhealthy GPU has nothing free. Stray memory (see :func:`stray_refusal`) is not free:
+    an exclusive GPU with any has nothing free, and on MPS and time-slicing GPUs it is taken
+    from the free memory.
     """
     if not device.healthy:
         return Free(0, 0, 0, "unhealthy")
     mode = device.mode
+    stray = device.stray_memory_mib if mode is not SharingMode.MIG else 0
+    note = f"; stray {stray} MiB" if stray else ""
     if mode is SharingMode.EXCLUSIVE:
         if usage.shares:
-            return Free(0, 0, 0, "in use")
+            return Free(0, 0, 0, "in use" + note)
+        if stray:
+            return Free(0, 0, 0, f"not free: stray {stray} MiB")
         return Free(device.memory_mib, MILLI, MILLI, "free")
     if mode is SharingMode.MIG:
         return _mig_free(device, usage)
-    memory_share = max(0, device.memory_mib - usage.memory_mib) * MILLI // device.memory_mib
+    used_mib = usage.memory_mib + stray
+    memory_share = max(0, device.memory_mib - used_mib) * MILLI // device.memory_mib
     if mode is SharingMode.MPS:
         cap = MILLI * node.mps_compute_oversub_pct // 100
-        detail = f"{usage.shares}/{device.mps_client_limit} clients"
+        detail = f"{usage.shares}/{device.mps_client_limit} clients{note}"
         if usage.shares >= device.mps_client_limit or usage.whole:
             return Free(0, 0, 0, detail)
         share = max(0, min(MILLI - usage.compute_milli, memory_share))
-        return Free(max(0, device.memory_mib - usage.memory_mib), max(0, cap - usage.compute_milli), share, detail)
+        return Free(max(0, device.memory_mib - used_mib), max(0, cap - usage.compute_milli), share, detail)
     cap_mib = device.memory_mib * node.ts_memory_oversub_pct // 100
-    detail = f"{usage.shares}/{device.replicas} replicas"
+    detail = f"{usage.shares}/{device.replicas} replicas{note}"
     if usage.shares >= device.replicas or usage.whole:
         return Free(0, 0, 0, detail)
-    return Free(max(0, cap_mib - usage.memory_mib), max(0, MILLI - usage.compute_milli), memory_share, detail)
+    return Free(max(0, cap_mib - used_mib), max(0, MILLI - usage.compute_milli), memory_share, detail)
 
 
 def _mig_free(device: Device, usage: DeviceUsage) -> Free:

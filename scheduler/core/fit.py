@@ -19,7 +19,7 @@ import networkx as nx
 
 from . import mig
 from .allocation import Allocation, DeviceShare, MigSlot
-from .capacity import DeviceUsage, Refusal, device_key, percent, refusal, unhealthy
+from .capacity import DeviceUsage, Refusal, device_key, percent, refusal, stray_refusal, unhealthy
 from .catalog import MigProfile
 from .inventory import Device, Node, SharingMode
 from .request import MILLI, Demand, GpuKind, GpuRequest
@@ -111,18 +111,21 @@ def _work_out(gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage) -
     memory, compute = gpu.share_on(device)
     if device.mode is SharingMode.EXCLUSIVE and memory <= device.memory_mib and compute <= MILLI:
         memory, compute = device.memory_mib, MILLI  # an exclusive GPU is given whole, whatever was asked
-    problem = refusal(node, device, usage, DeviceShare(device.uuid, device.index, device.mode, memory, compute))
+    share = DeviceShare(device.uuid, device.index, device.mode, memory, compute)
+    problem = refusal(node, device, usage, share) or stray_refusal(node, device, usage, share)
     return _Share(memory, compute) if problem is None else problem
+
+
+_entries = [0]  # answers kept in _SHARES, over every request
 
 
 def _table(gpu: GpuRequest) -> dict[tuple[Any, ...], _Share | Refusal]:
     table = _SHARES.get(gpu)
     if table is None:
-        if len(_SHARES) > _TABLE_LIMIT // 64:
+        if _entries[0] > _TABLE_LIMIT or len(_SHARES) > _TABLE_LIMIT // 64:
             _SHARES.clear()
+            _entries[0] = 0
         table = _SHARES[gpu] = {}
-    elif len(table) > _TABLE_LIMIT:
-        table.clear()
     return table
 
 
@@ -142,6 +145,7 @@ def device_share(
     found = known.get(key)
     if found is None:
         found = known[key] = _work_out(gpu, node, device, usage)
+        _entries[0] += 1
     if isinstance(found, Refusal):
         return found
     uuid = device.uuid
@@ -225,6 +229,17 @@ def _gpu_reason(gpu: GpuRequest, node: Node, refusals: list[Refusal]) -> str:
     return best.text
 
 
+def shortage(gpu: GpuRequest, node: Node, options: int, refusals: list[Refusal]) -> str:
+    """Why ``gpu`` does not fit a node where ``options`` GPUs can host one of its shares and
+    the node's other GPUs (those its selectors allow) gave ``refusals``, in device order."""
+    if gpu.count <= 1:
+        return _gpu_reason(gpu, node, refusals)
+    why = f"needs {gpu.count} GPUs for {gpu.describe()}, {options} available"
+    if refusals:
+        why += f" ({_gpu_reason(gpu, node, refusals)})"
+    return why
+
+
 def gpu_options(gpu: GpuRequest, state: NodeState) -> tuple[list[DeviceShare], list[Refusal]]:
     """One candidate share per GPU that can host ``gpu``, and the other GPUs' refusals."""
     node = state.node
@@ -262,15 +277,10 @@ def gpu_fit(demand: Demand, state: NodeState) -> Fit:
     if gpu.kind is GpuKind.NONE:
         return Fit((Allocation(node.name, (), demand.cpu_milli, demand.memory_mib),))
     options, refusals = gpu_options(gpu, state)
+    if len(options) < max(1, gpu.count):
+        return Fit(reason=shortage(gpu, node, len(options), refusals))
     if gpu.count <= 1:
-        if not options:
-            return Fit(reason=_gpu_reason(gpu, node, refusals))
         return Fit(tuple(Allocation(node.name, (s,), demand.cpu_milli, demand.memory_mib) for s in options))
-    if len(options) < gpu.count:
-        why = f"needs {gpu.count} GPUs for {gpu.describe()}, {len(options)} available"
-        if refusals:
-            why += f" ({_gpu_reason(gpu, node, refusals)})"
-        return Fit(reason=why)
     indices = [s.index for s in options]
     if gpu.nvlink:
         linked = linked_set(node.nvlink, tuple(indices), gpu.count)

@@ -52,6 +52,10 @@ class Device:
     create (made by hand): their slots are occupied for good; ``mig_managed`` are those it
     created for allocation records, listed for people and for the agent's own restart (the
     records count those slots, so the capacity model ignores this list).
+    ``stray_memory_mib`` is GPU memory held by processes that no allocation record on the GPU
+    accounts for (another scheduler's pod, an image with ``NVIDIA_VISIBLE_DEVICES=all``, a
+    host process), as the node agent measured it: new shares must fit beside it (see
+    :func:`~scheduler.core.capacity.stray_refusal`).
     """
 
     uuid: str
@@ -66,6 +70,7 @@ class Device:
     unhealthy_reason: str = ""
     mig_taken: tuple[MigInstance, ...] = ()
     mig_managed: tuple[MigInstance, ...] = ()
+    stray_memory_mib: int = 0
     # What makes two GPUs interchangeable for the capacity model, apart from their usage (not
     # their UUIDs), as a small int (see kind_id): worked out once, since every fit question reads it.
     kind: int = field(init=False, compare=False, hash=False, repr=False)
@@ -81,6 +86,7 @@ class Device:
             self.mig_allowed,
             self.healthy,
             tuple((i.profile.name, i.start) for i in self.mig_taken),
+            self.stray_memory_mib,
         )
         object.__setattr__(self, "kind", kind_id(kind))
 

@@ -4,13 +4,15 @@ Inventory, in order of precedence:
 1. the ``<prefix>inventory`` annotation (written by an agent or by hand), JSON:
    ``{"devices": [{"uuid", "index", "model", "memoryMiB", "smCount", "mode",
    "migInstances": [{"profile", "start", "uuid"}], "migProfiles": [...], "mpsClientLimit",
-   "replicas", "nvlinkPeers": [...], "healthy", "unhealthyReason", "migTaken", "migManaged"}],
+   "replicas", "nvlinkPeers": [...], "healthy", "unhealthyReason", "migTaken", "migManaged",
+   "strayMemoryMiB"}],
    "mpsComputeOversubscriptionPct",
    "timeSlicingMemoryOversubscriptionPct"}`` (a bare list of devices is accepted too).
    ``healthy: false`` with ``unhealthyReason`` keeps new pods off a GPU; on a dynamic-MIG
    GPU ``migTaken`` lists instances made by hand (their slots are occupied) and
-   ``migManaged`` those the node agent created for records. :func:`inventory_annotation`
-   writes this form;
+   ``migManaged`` those the node agent created for records; ``strayMemoryMiB`` is memory
+   held by processes no record on the GPU accounts for (measured by the node agent).
+   :func:`inventory_annotation` writes this form;
 2. NVIDIA GPU feature discovery labels (``nvidia.com/gpu.product``, ``gpu.memory``,
    ``gpu.count``, ``gpu.sharing-strategy``, ``gpu.replicas``, ``mig.strategy`` and the
    ``nvidia.com/mig-<profile>.count`` family);
@@ -34,7 +36,7 @@ from .quantity import bytes_to_mib, cpu_milli
 from .request import DEFAULT_PREFIX
 
 DEFAULT_MAX_PODS = 110
-# Every key of an inventory device the parser reads; the node agent writes the last four.
+# Every key of an inventory device the parser reads; the node agent writes the last five.
 DEVICE_KEYS = frozenset(
     {
         "uuid",
@@ -52,6 +54,7 @@ DEVICE_KEYS = frozenset(
         "unhealthyReason",
         "migTaken",
         "migManaged",
+        "strayMemoryMiB",
     }
 )
 INVENTORY_KEYS = frozenset({"devices", "mpsComputeOversubscriptionPct", "timeSlicingMemoryOversubscriptionPct"})
@@ -195,6 +198,7 @@ def _from_annotation(
             reason,
             taken,
             managed,
+            _int(name, raw, "strayMemoryMiB", 0),
         )
         if instances:
             _check_static(name, device, device.mig_instances)
@@ -391,6 +395,8 @@ def inventory_annotation(node: Node) -> str:
         }
         if not d.healthy:
             raw["unhealthyReason"] = d.unhealthy_reason
+        if d.stray_memory_mib:
+            raw["strayMemoryMiB"] = d.stray_memory_mib
         if d.mode is SharingMode.MIG:
             raw["migInstances"] = _instance_json(d.mig_instances)
             raw["migProfiles"] = list(d.mig_allowed)

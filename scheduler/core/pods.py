@@ -76,9 +76,12 @@ def holding_record(obj: Mapping[str, Any], prefix: str) -> str | None:
     A record whose node cannot be read still holds (and is then reported as unreadable by
     whoever decodes it), so that a damaged record is shown, never silently dropped.
     """
+    notes = annotations_of(obj)
+    text = notes.get(prefix + "allocation")
+    if not isinstance(text, str) or notes.get(prefix + "bind-phase") != BOUND or has_ended(obj):
+        return None
     node = node_of(obj)
-    text = record_of(obj, prefix)
-    if text is None or not node or has_ended(obj) or bind_phase(obj, prefix) != BOUND:
+    if not node:
         return None
     owner = record_node(text)
     return text if owner is None or owner == node else None

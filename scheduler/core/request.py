@@ -27,6 +27,7 @@ from typing import Any
 from .catalog import MIG_PROFILE_FORMS, ProfileSpec, canonical_model_name, known_profile
 from .errors import RequestError
 from .inventory import Device, SharingMode
+from .pods import pod_key
 from .quantity import MEMORY_FORMS, QUANTITY_FORMS, bytes_to_mib, ceil_fraction, cpu_milli, memory_mib
 
 DEFAULT_PREFIX = "gpuslice.io/"
@@ -163,7 +164,7 @@ class PodRequest:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"  # as scheduler.core.pods.pod_key writes it
+        return pod_key(self.namespace, self.name)
 
 
 # ---------------------------------------------------------------- parsing helpers

@@ -32,14 +32,16 @@ class NodeState:
     memory_mib: int = 0
     pods: tuple[tuple[str, Allocation], ...] = ()
     # What is left on each GPU: derived from the fields above when the state is made (a
-    # state never changes), because nearly every question about a node reads it.
-    frees: tuple[Free, ...] = field(init=False, compare=False, hash=False, repr=False)
+    # state never changes), because nearly every question about a node reads it. ``apply`` and
+    # ``release`` hand over the GPUs they did not touch; any other maker leaves it empty.
+    frees: tuple[Free, ...] = field(default=(), compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         node = self.node
-        object.__setattr__(
-            self, "frees", tuple(free(node, d, u) for d, u in zip(node.devices, self.usage, strict=True))
-        )
+        if len(self.frees) != len(node.devices):
+            object.__setattr__(
+                self, "frees", tuple(free(node, d, u) for d, u in zip(node.devices, self.usage, strict=True))
+            )
 
     @staticmethod
     def empty(node: Node) -> NodeState:
@@ -53,6 +55,14 @@ class NodeState:
     @property
     def memory_free(self) -> int:
         return self.node.memory_mib - self.memory_mib
+
+    def _frees_after(self, usage: list[DeviceUsage], alloc: Allocation) -> tuple[Free, ...]:
+        """The GPUs' free capacity once ``usage`` replaces this state's on the GPUs ``alloc`` takes."""
+        frees = list(self.frees)
+        node = self.node
+        for share in alloc.shares:
+            frees[share.index] = free(node, node.devices[share.index], usage[share.index])
+        return tuple(frees)
 
     def free(self) -> tuple[Free, ...]:
         """What is left on each GPU (see :func:`~scheduler.core.capacity.free`)."""
@@ -104,6 +114,7 @@ class NodeState:
         pods = tuple(sorted((*self.pods, (pod, alloc)), key=lambda kv: kv[0]))
         return replace(
             self,
+            frees=self._frees_after(usage, alloc),
             usage=tuple(usage),
             cpu_milli=self.cpu_milli + alloc.cpu_milli,
             memory_mib=self.memory_mib + alloc.memory_mib,
@@ -121,6 +132,7 @@ class NodeState:
         pods = tuple(kv for kv in self.pods if kv[0] != pod)
         return replace(
             self,
+            frees=self._frees_after(usage, alloc),
             usage=tuple(usage),
             cpu_milli=self.cpu_milli - alloc.cpu_milli,
             memory_mib=self.memory_mib - alloc.memory_mib,

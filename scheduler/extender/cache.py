@@ -3,8 +3,10 @@
 Per node: the core ``Node`` (from ``parse_node``; an inventory error makes the node
 unusable, with that reason, until it is fixed) and the ``NodeState`` rebuilt from the
 allocation records that count on it: the records by which pods hold shares
-(:func:`scheduler.core.pods.holding_record`), and those of the pods this process is
-binding (in flight: from the moment bind decided until the watch shows the pod bound).
+(:func:`scheduler.core.pods.holding_record`), and the claims of this process: a pod it is
+binding (in flight: from the moment bind decided until the watch shows the pod bound), and
+a pod prioritize has just ranked on a node (held: until its bind arrives or the hold
+expires, so that the pods filtered meanwhile are not steered to the same share).
 Every pod counts at most once, so a bind applied here and later seen through the watch is
 not counted twice. One lock guards everything here.
 """
@@ -12,7 +14,9 @@ not counted twice. One lock guards everything here.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,34 +43,89 @@ class PodView:
     obj: Mapping[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A share this process counts for a pod before the watch shows it: in flight (a bind
+    decided it; ``until`` None) or held (prioritize ranked it first; until ``until``)."""
+
+    uid: str
+    node: str
+    record: str
+    allocation: Allocation
+    until: float | None = None
+
+
 @dataclass(slots=True)
 class NodeView:
     node: Node | None = None
     problem: str = ""  # the InventoryError that makes the node unusable
     records: dict[str, str] = field(default_factory=dict)  # pod key -> record text, counted here
     errors: dict[str, RecordError] = field(default_factory=dict)
+    usage: str = ""  # the node agent's <prefix>usage annotation (for inspection only: never placement)
 
 
-def _same(key: str, a: str, b: str) -> bool:
-    try:
-        return decode_record(a, key) == decode_record(b, key)
-    except RecordError:
-        return False
+def usage_text(obj: Mapping[str, Any], prefix: str) -> str:
+    """The node agent's usage annotation of a Node ("" if none)."""
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    text = annotations.get(prefix + "usage") if isinstance(annotations, Mapping) else None
+    return text if isinstance(text, str) else ""
+
+
+def _slim(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What the extender reads of a pod (its identity, annotations, node, phase, priority, the
+    controller that owns it, and each container's resources): at 50,000 pods the rest (images,
+    environment, volumes, status conditions, managed fields) was most of the service's memory."""
+    meta = obj.get("metadata")
+    spec = obj.get("spec")
+    status = obj.get("status")
+    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
+        return obj  # malformed: kept whole, so that parsing it says what is wrong
+    slim_spec: dict[str, Any] = {}
+    for field_name in ("nodeName", "schedulerName", "priority"):  # priority: preempt and defrag
+        if field_name in spec:
+            slim_spec[field_name] = spec[field_name]
+    for field_name in ("containers", "initContainers"):
+        listed = spec.get(field_name)
+        if isinstance(listed, list):
+            slim_spec[field_name] = [
+                {k: c[k] for k in ("name", "resources") if k in c} if isinstance(c, Mapping) else c for c in listed
+            ]
+        elif listed is not None:
+            slim_spec[field_name] = listed
+    slim_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "annotations") if k in meta}
+    owners = meta.get("ownerReferences")
+    if isinstance(owners, list):  # the managing controller only: defragmentation moves only pods one recreates
+        slim_meta["ownerReferences"] = [
+            {k: o[k] for k in ("kind", "name", "controller") if k in o}
+            for o in owners
+            if isinstance(o, Mapping) and o.get("controller") is True
+        ]
+    out: dict[str, Any] = {"metadata": slim_meta, "spec": slim_spec}
+    if isinstance(status, Mapping) and "phase" in status:
+        out["status"] = {"phase": status["phase"]}
+    return out
 
 
 class ClusterCache:
-    def __init__(self, prefix: str, oversubscription: tuple[int, int] = (100, 100)) -> None:
+    def __init__(
+        self, prefix: str, oversubscription: tuple[int, int] = (100, 100), clock: Callable[[], float] = time.monotonic
+    ) -> None:
         """``oversubscription``: the (MPS compute, time-slicing memory) percent of nodes whose
-        inventory sets none."""
+        inventory sets none; ``clock``: what holds expire by."""
         self.prefix = prefix
+        self.clock = clock
         self._oversubscription = oversubscription
         self.lock = threading.RLock()
         self.board = Board()  # the node states (callers hold the lock)
         self.nodes: dict[str, NodeView] = {}
         self.pods: dict[str, PodView] = {}
-        self._inflight: dict[str, tuple[str, str, str]] = {}  # pod key -> (uid, node, record)
+        self._claims: dict[str, Claim] = {}  # pod key -> what this process counts for it
         self._counted: dict[str, tuple[str, str]] = {}  # pod key -> (node, record) counted
         self._uids: dict[str, str] = {}  # uid -> pod key
+        # Records decoded lately, by their text: a bind's record is read by its claim, its
+        # counting, the watch event that confirms it and the next bind on its node.
+        self._decoded: OrderedDict[str, Allocation] = OrderedDict()
 
     # ------------------------------------------------------------ events
 
@@ -88,6 +147,7 @@ class ClusterCache:
             return
         if view is None:
             view = self.nodes[name] = NodeView()
+        view.usage = usage_text(obj, self.prefix)
         try:
             node = parse_node(obj, self.prefix, self._oversubscription)
         except InventoryError as exc:
@@ -109,41 +169,50 @@ class ClusterCache:
             del self._uids[old.uid]
         want: tuple[str, str] | None = None
         if obj is not None:
-            pod = PodView(uid_of(obj), node_of(obj), holding_record(obj, self.prefix), obj)
+            pod = PodView(uid_of(obj), node_of(obj), holding_record(obj, self.prefix), _slim(obj))
             self.pods[key] = pod
             if pod.uid:
                 self._uids[pod.uid] = key
             if pod.holding is not None:
                 want = (pod.node, pod.holding)
-            flight = self._inflight.get(key)
-            if flight is not None:
-                replaced = bool(pod.uid and flight[0] and pod.uid != flight[0])
+            claim = self._claims.get(key)
+            if claim is not None:
+                replaced = bool(pod.uid and claim.uid and pod.uid != claim.uid)
                 # The watch has caught up; or the pod ended, was replaced, or was bound without
-                # our record (the API server wins). Until then the reservation counts.
+                # our record (the API server wins). Until then the claim counts.
                 if want is not None or has_ended(obj) or replaced or pod.node:
-                    del self._inflight[key]
+                    del self._claims[key]
                 else:
-                    want = (flight[1], flight[2])
+                    want = (claim.node, claim.record)
         else:
-            self._inflight.pop(key, None)
+            self._claims.pop(key, None)
         self._count(key, want)
 
-    # ------------------------------------------------------------ binds in flight
+    # ------------------------------------------------------------ claims: binds in flight, holds
 
     def reserve(self, key: str, uid: str, alloc: Allocation) -> None:
         """Count ``alloc`` for a pod being bound by this process, until the watch confirms it."""
+        self._claim(key, uid, alloc, None)
+
+    def hold(self, key: str, uid: str, alloc: Allocation, until: float) -> None:
+        """Count ``alloc`` for a pod prioritize has just ranked on its node, until ``until``
+        (or its bind, or its next filter)."""
+        self._claim(key, uid, alloc, until)
+
+    def _claim(self, key: str, uid: str, alloc: Allocation, until: float | None) -> None:
         with self.lock:
             pod = self.pods.get(key)
-            if pod is not None and pod.node == alloc.node and key in self._counted:
-                return  # the watch already shows it bound there
+            if pod is not None and pod.holding is not None:
+                return  # the watch already shows it bound
             text = encode_record(alloc)
-            self._inflight[key] = (uid, alloc.node, text)
+            self._remember(text, alloc)
+            self._claims[key] = Claim(uid, alloc.node, text, alloc, until)
             self._count(key, (alloc.node, text))
 
     def unreserve(self, key: str) -> None:
-        """Forget an in-flight allocation after its bind failed."""
+        """Forget what this process counted for a pod (its bind failed, or it is scheduled again)."""
         with self.lock:
-            if self._inflight.pop(key, None) is None:
+            if self._claims.pop(key, None) is None:
                 return
             pod = self.pods.get(key)
             if pod is not None:
@@ -151,17 +220,57 @@ class ClusterCache:
             else:
                 self._count(key, None)
 
-    def inflight(self) -> dict[str, str]:
+    def holds(self, node: str) -> dict[str, Claim]:
+        """The pods' holds on ``node`` that are still in time."""
         with self.lock:
-            return {key: node for key, (_, node, _) in self._inflight.items()}
+            now = self.clock()
+            return {k: c for k, c in self._claims.items() if c.node == node and c.until is not None and c.until > now}
+
+    def held(self, key: str) -> Claim | None:
+        """The pod's hold, if it has one (not a bind in flight)."""
+        claim = self._claims.get(key)
+        return claim if claim is not None and claim.until is not None else None
+
+    def expire(self) -> None:
+        """Drop the holds whose time is up (their pods' binds never came)."""
+        with self.lock:
+            if not self._claims:
+                return
+            now = self.clock()
+            for key in [k for k, c in self._claims.items() if c.until is not None and c.until <= now]:
+                self.unreserve(key)
+
+    def inflight(self) -> dict[str, str]:
+        """Pod key -> node of every claim (binds in flight and holds)."""
+        with self.lock:
+            return {key: claim.node for key, claim in self._claims.items()}
 
     # ------------------------------------------------------------ node states
+
+    def decode(self, text: str, key: str) -> Allocation:
+        """:func:`decode_record`, remembered by text (RecordError as it raises)."""
+        found = self._decoded.get(text)
+        if found is None:
+            found = decode_record(text, key)
+            self._remember(text, found)
+        return found
+
+    def _remember(self, text: str, alloc: Allocation) -> None:
+        self._decoded[text] = alloc
+        if len(self._decoded) > 4096:
+            self._decoded.popitem(last=False)
+
+    def _same(self, key: str, a: str, b: str) -> bool:
+        try:
+            return self.decode(a, key) == self.decode(b, key)
+        except RecordError:
+            return False
 
     def _count(self, key: str, want: tuple[str, str] | None) -> None:
         have = self._counted.get(key)
         if have == want:
             return
-        if have is not None and want is not None and have[0] == want[0] and _same(key, have[1], want[1]):
+        if have is not None and want is not None and have[0] == want[0] and self._same(key, have[1], want[1]):
             # the watch shows the allocation this process applied (its record now has a timestamp):
             # keep the node state, so nothing is scored again
             view = self.nodes.get(want[0])
@@ -200,7 +309,7 @@ class ClusterCache:
             state = self.board.get(name)
             if state is not None and not view.errors:
                 try:
-                    self.board.put(state.apply(key, decode_record(text, key)))
+                    self.board.put(state.apply(key, self.decode(text, key)))
                     return
                 except RecordError:
                     pass  # rebuild below reports it, with every other conflict
@@ -219,10 +328,15 @@ class ClusterCache:
     # ------------------------------------------------------------ queries (callers hold the lock)
 
     def state(self, name: str) -> NodeState | None:
+        self.expire()
         return self.board.get(name)
 
     def key_of_uid(self, uid: str) -> str | None:
         return self._uids.get(uid)
+
+    def usage(self, name: str) -> str:
+        view = self.nodes.get(name)
+        return view.usage if view is not None else ""
 
     def problem(self, name: str) -> str:
         view = self.nodes.get(name)
@@ -230,6 +344,7 @@ class ClusterCache:
 
     def snapshot(self) -> dict[str, NodeState]:
         with self.lock:
+            self.expire()
             return {s.node.name: s for s in self.board.states}
 
     def record_errors(self) -> dict[str, dict[str, str]]:

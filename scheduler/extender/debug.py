@@ -1,4 +1,6 @@
-"""What ``/debug/nodes`` shows and ``gpuslice inspect`` prints: each device's shares and free capacity."""
+"""What ``/debug/nodes`` shows and ``gpuslice inspect`` prints: each device's shares and free capacity,
+and, where the node agent measures them, each share's used memory and compute and the stray
+processes (from the Node's usage annotation: :mod:`scheduler.core.measured`)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from scheduler.core.errors import InventoryError
+from scheduler.core.measured import Measured, parse_usage
 from scheduler.core.state import NodeState
 
 
@@ -25,6 +29,7 @@ class DeviceRow:
     detail: str  # MIG slots in use, MPS clients, time-slicing replicas, or why the GPU is unhealthy
     healthy: bool
     unhealthy_reason: str = ""
+    stray_memory_mib: int = 0  # held by processes no record accounts for (the node agent measures it)
 
 
 def device_rows(state: NodeState) -> list[DeviceRow]:
@@ -47,6 +52,7 @@ def device_rows(state: NodeState) -> list[DeviceRow]:
                 left.detail if device.healthy else f"unhealthy: {device.unhealthy_reason}",
                 device.healthy,
                 device.unhealthy_reason,
+                device.stray_memory_mib,
             )
         )
     return rows
@@ -58,9 +64,12 @@ def describe(
     problem: str = "",
     errors: Mapping[str, str] | None = None,
     inflight: Iterable[str] = (),
+    usage: str = "",
 ) -> dict[str, Any]:
-    """One node as JSON: capacity, pods with their shares, devices, rejected records."""
+    """One node as JSON: capacity, pods with their shares (with measured use, where the node
+    agent publishes it), devices, stray processes, rejected records."""
     out: dict[str, Any] = {"name": name, "usable": state is not None and not problem, "problem": problem or None}
+    measured, out["measured"] = _measured(name, usage)
     if state is not None:
         node = state.node
         out["cpuMilli"] = {"allocatable": node.cpu_milli, "allocated": state.cpu_milli}
@@ -84,6 +93,7 @@ def describe(
                         "memoryMiB": s.memory_mib,
                         "computeMilli": s.compute_milli,
                         "mig": None if s.mig is None else f"{s.mig.profile}@{s.mig.start}",
+                        **_used(measured, pod, s.index),
                     }
                     for s in alloc.shares
                 ],
@@ -93,6 +103,57 @@ def describe(
         out["devices"] = [_camel(asdict(row)) for row in device_rows(state)]
     out["recordErrors"] = dict(errors or {})
     return out
+
+
+def _measured(name: str, usage: str) -> tuple[Measured | None, dict[str, Any] | None]:
+    """The usage annotation, and what ``/debug/nodes`` shows of it besides the shares: when it
+    was measured and the stray processes (None without an agent; a bad annotation is shown, and
+    changes nothing else)."""
+    if not usage:
+        return None, None
+    try:
+        measured = parse_usage(name, usage)
+    except InventoryError as exc:
+        return None, {"problem": str(exc)}
+    stray = [{"index": s.index, "pid": s.pid, "memoryMiB": s.memory_mib, "why": s.why} for s in measured.stray]
+    return measured, {"at": measured.at, "stray": stray, "strayOmitted": measured.stray_omitted}
+
+
+def _used(measured: Measured | None, pod: str, index: int) -> dict[str, Any]:
+    """A share's measured figures: ``usedMiB``, ``usedComputeMilli`` (None where not sampled),
+    ``overrun``; nothing without an agent's figures for the pod."""
+    found = next((m for m in measured.pods.get(pod, ()) if m.index == index), None) if measured else None
+    if found is None:
+        return {}
+    return {"usedMiB": found.used_memory_mib, "usedComputeMilli": found.used_compute_milli, "overrun": found.overrun}
+
+
+def holder_text(pod: Mapping[str, Any], share: Mapping[str, Any]) -> str:
+    """A share's holder as ``gpuslice inspect`` lists it: the pod, and where the node agent
+    measures it, used next to allocated (``team-a/x used 3072/8192 MiB, 41 percent``)."""
+    text = str(pod["pod"]) + (" (binding)" if pod.get("inFlight") else "")
+    used = share.get("usedMiB")
+    if used is None:
+        return text
+    text += f" used {used}/{share['memoryMiB']} MiB"
+    if share.get("usedComputeMilli") is not None:
+        text += f", {share['usedComputeMilli'] / 10:g}/{share['computeMilli'] / 10:g} percent"
+    return text + (" OVERRUN" if share.get("overrun") else "")
+
+
+def stray_lines(node: Mapping[str, Any]) -> list[str]:
+    """One line per stray process the node agent reported (and one for the usage annotation's
+    problem, if it has one), for ``gpuslice inspect``."""
+    measured = node.get("measured") or {}
+    if measured.get("problem"):
+        return [f"measured use unreadable: {measured['problem']}"]
+    lines = [
+        f"stray: GPU {s['index']} PID {s['pid']} holds {s['memoryMiB']} MiB: {s['why']}"
+        for s in measured.get("stray", [])
+    ]
+    if measured.get("strayOmitted"):
+        lines.append(f"stray: {measured['strayOmitted']} more processes not listed")
+    return lines
 
 
 def _camel(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -66,7 +66,10 @@ class _DeviceCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         memory = GaugeMetricFamily(
-            "gpuslice_gpu_memory_mib", "GPU memory per node and sharing mode.", labels=["node", "mode", "state"]
+            "gpuslice_gpu_memory_mib",
+            "GPU memory per node and sharing mode: allocated, free, and stray (held by processes no record "
+            "accounts for, as the node agent measured it).",
+            labels=["node", "mode", "state"],
         )
         compute = GaugeMetricFamily(
             "gpuslice_gpu_compute_milli",
@@ -82,14 +85,16 @@ class _DeviceCollector(Collector):
         for node, row in self._devices():
             if not row.healthy:
                 unhealthy.add_metric([node, str(row.index), row.uuid, row.unhealthy_reason], 1)
-            t = totals.setdefault((node, row.mode), [0, 0, 0, 0])
+            t = totals.setdefault((node, row.mode), [0, 0, 0, 0, 0])
             t[0] += row.memory_allocated_mib
             t[1] += row.memory_free_mib
             t[2] += row.compute_allocated_milli
             t[3] += row.compute_free_milli
-        for (node, mode), (mem_used, mem_free, cpu_used, cpu_free) in sorted(totals.items()):
+            t[4] += row.stray_memory_mib
+        for (node, mode), (mem_used, mem_free, cpu_used, cpu_free, stray) in sorted(totals.items()):
             memory.add_metric([node, mode, "allocated"], mem_used)
             memory.add_metric([node, mode, "free"], mem_free)
+            memory.add_metric([node, mode, "stray"], stray)
             compute.add_metric([node, mode, "allocated"], cpu_used)
             compute.add_metric([node, mode, "free"], cpu_free)
         yield memory

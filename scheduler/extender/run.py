@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from scheduler import logs
@@ -21,6 +22,7 @@ from scheduler.backend import Backend
 
 from .app import Mount
 from .config import ServeConfig
+from .debug import holder_text, stray_lines
 from .server import Server
 from .service import Extender
 
@@ -152,9 +154,9 @@ def render(nodes: list[dict[str, Any]], console: Console) -> None:
         "GPU",
         "model",
         "mode",
-        "memory used/total MiB",
+        "memory allocated/total MiB",
         "free MiB",
-        "compute used/free %",
+        "compute allocated/free %",
         "detail",
         "pods",
     ):
@@ -166,8 +168,7 @@ def render(nodes: list[dict[str, Any]], console: Console) -> None:
         holders: dict[int, list[str]] = {}
         for pod in n.get("pods", []):
             for share in pod["shares"]:
-                mark = " (binding)" if pod.get("inFlight") else ""
-                holders.setdefault(share["index"], []).append(pod["pod"] + mark)
+                holders.setdefault(share["index"], []).append(holder_text(pod, share))
         devices = n.get("devices", [])
         if not devices:
             cpu = n.get("cpuMilli", {})
@@ -194,6 +195,8 @@ def render(nodes: list[dict[str, Any]], console: Console) -> None:
                 d["detail"],
                 ", ".join(holders.get(d["index"], [])),
             )
+        for line in stray_lines(n):
+            table.add_row("", "", "", "", "", "", "", f"[yellow]{escape(line)}[/yellow]", "")
         for pod, reason in (n.get("recordErrors") or {}).items():
             table.add_row("", "", "", "", "", "", "", f"[red]record of {pod} rejected: {reason}[/red]", "")
     console.print(table)

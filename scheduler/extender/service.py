@@ -9,9 +9,10 @@ and counts its decision in the cache at once so the next filter sees it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from scheduler import logs
 from scheduler.backend import Backend, PodRef
 from scheduler.core.allocation import Allocation
 from scheduler.core.board import Status
-from scheduler.core.errors import RequestError
+from scheduler.core.errors import RecordError, RequestError
 from scheduler.core.pods import key_of, pod_key
 from scheduler.core.policies import REGISTRY, Policy
 from scheduler.core.request import GpuKind, PodRequest, parse_pod
@@ -28,7 +29,7 @@ from scheduler.core.select import evaluate
 from scheduler.core.state import rebuild
 
 from . import preemption, wire
-from .answers import Answers, Listing, tally
+from .answers import Answers, Listing, NameLists, tally
 from .cache import ClusterCache
 from .config import ServeConfig
 from .debug import DeviceRow, describe, device_rows
@@ -40,11 +41,17 @@ _PARSE_CACHE = 8192
 
 
 class Extender:
-    def __init__(self, config: ServeConfig, backend: Backend, cache: ClusterCache | None = None) -> None:
+    def __init__(
+        self,
+        config: ServeConfig,
+        backend: Backend,
+        cache: ClusterCache | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.config = config
         self.backend = backend
         self.cache = cache or ClusterCache(
-            config.prefix, (config.mps_compute_oversub_pct, config.ts_memory_oversub_pct)
+            config.prefix, (config.mps_compute_oversub_pct, config.ts_memory_oversub_pct), clock
         )
         self.policy = config.make_policy()
         self._policies: dict[str, Policy] = {self.policy.name: self.policy}
@@ -53,7 +60,7 @@ class Extender:
         self._seen: OrderedDict[str, None] = OrderedDict()  # pods the policies were told of
         self.metrics = Metrics(self._device_rows)
         self.answers = Answers()
-        self.names = wire.NameLists()  # NodeNames arrays met lately, for parse_args and the answers
+        self.names = NameLists()  # NodeNames arrays met lately, for parse_args and the answers
 
     def start(self) -> None:
         self.backend.start(self.cache.on_change)
@@ -118,9 +125,11 @@ class Extender:
         try:
             request = self.parse(args.pod)
         except RequestError as exc:
+            # One error, not the message once per node: at 5,000 nodes that was a megabyte per
+            # answer. kube-scheduler fails the attempt with it (FailedScheduling) and retries.
             log.info("filter: malformed request", extra={"pod": key_of(args.pod), "reason": str(exc)})
             self.metrics.reject_counts({"malformed request": len(args.names)})
-            return wire.filter_result(args, (), None, dict.fromkeys(args.names, str(exc)))
+            return wire.filter_result(None, error=f"gpuslice cannot schedule this pod: {exc}")
         if not self.backend.ready():
             return wire.filter_result(None, error="gpuslice is not ready: the cluster state is not synced yet")
         cache = self.cache
@@ -136,20 +145,24 @@ class Extender:
         policy = self.policy_for(request)
         demand = request.demand
         with cache.lock:
+            self._unhold(request.key)
             board = cache.board
             listing = answers.listing(args.names, board, "filter")
             outcomes = board.filter(policy, demand, listing.positions)
             fits = outcomes.fits()
-            survivors = listing.survivors(fits, board.names())
+            survivors = listing.survivors(fits, answers.entries(board))
             answers.expect("prioritize", survivors)
             failed_json, unresolvable_json = (None, None)
             if not fits.all():
-                failed_json, unresolvable_json = listing.failures((demand, policy)).update(outcomes, listing.names)
+                keys = listing.keys(answers.entries(board))
+                failed_json, unresolvable_json = listing.failures((demand, policy)).update(
+                    outcomes, keys, answers.texts(outcomes)
+                )
         counts = tally(outcomes)
         if counts:
             self.metrics.reject_counts(counts)
         passed_names = survivors.names
-        log.info(
+        log.debug(
             "filter",
             extra={
                 "pod": request.key,
@@ -183,20 +196,47 @@ class Extender:
             log.info("prioritize: malformed request", extra={"pod": key_of(args.pod), "reason": str(exc)})
             return wire.host_priorities(args.names, [0] * len(args.names))
         policy = self.policy_for(request)
-        with self.cache.lock:
-            listing = self.answers.listing(args.names, self.cache.board, "prioritize")
-            scores = self.cache.board.scores(policy, request.demand, listing.positions)
-        fits = scores > -np.inf
+        cache = self.cache
+        with cache.lock:
+            self._unhold(request.key)
+            board = cache.board
+            listing = self.answers.listing(args.names, board, "prioritize")
+            scores = board.scores(policy, request.demand, listing.positions)
+            template = listing.template(self.answers.entries(board))
+            top = board.pick(scores, listing.positions)
+            if top is not None and self.config.hold_s > 0:
+                self._hold(request, policy, listing.names[top])
         out = np.zeros(len(scores), dtype=np.int64)
-        # core 0..100 -> extender 0..10, rounded half up
-        out[fits] = np.clip(np.floor(scores[fits] * wire.MAX_PRIORITY / 100 + 0.5), 0, wire.MAX_PRIORITY)
-        if len(out):
-            top = int(np.argmax(out))
-            log.info(
-                "prioritize",
-                extra={"pod": request.key, "nodes": len(out), "node": listing.names[top], "score": int(out[top])},
+        if top is not None:
+            # core 0..100 -> extender 0..10, rounded half up; only the node the core ranks first
+            # gets the top score, so kube-scheduler (the weight makes one point outweigh its own
+            # plugins) binds where the hold is
+            fits = scores > -np.inf
+            out[fits] = np.clip(np.floor(scores[fits] * wire.MAX_PRIORITY / 100 + 0.5), 0, wire.MAX_PRIORITY - 1)
+            out[top] = wire.MAX_PRIORITY
+            log.debug(
+                "prioritize", extra={"pod": request.key, "nodes": len(out), "node": listing.names[top], "score": 10}
             )
-        return listing.template().encode(out)
+        return template.encode(out)
+
+    def _unhold(self, key: str) -> None:
+        """Drop the holds whose time is up, and the pod's own: it is being scheduled again, and
+        its last hold would stand in its own way. Caller holds the lock."""
+        cache = self.cache
+        cache.expire()
+        if cache.held(key) is not None:
+            cache.unreserve(key)
+
+    def _hold(self, request: PodRequest, policy: Policy, node: str) -> None:
+        """Count the pod's placement on ``node`` until its bind arrives (or the hold runs out):
+        kube-scheduler filters the next pods before that bind, and they must not be steered
+        to the same share. Caller holds the lock."""
+        state = self.cache.state(node)
+        if state is None or state.allocation_of(request.key) is not None:
+            return
+        placed = evaluate(policy, request.demand, state)
+        if not isinstance(placed, str):
+            self.cache.hold(request.key, request.uid, placed.allocation, self.cache.clock() + self.config.hold_s)
 
     # ------------------------------------------------------------ bind
 
@@ -220,10 +260,22 @@ class Extender:
                 view = cache.nodes.get(args.node)
                 node = view.node if view is not None else None
                 problem = view.problem if view is not None else ""
-                # The cache's state of the node, if it counts exactly these records: it is the
-                # state rebuild() would give, without rebuilding it.
-                same = view is not None and not view.errors and key not in view.records and view.records == others
-                counted = cache.state(args.node) if same else None
+                # What the pod must not take: the records, and the shares held for other pods
+                # that prioritize ranked on this node (their binds are on their way).
+                held = {k: c.record for k, c in cache.holds(args.node).items() if k != key and k not in others}
+                mine = cache.held(key)
+                # The cache's state of the node, if it counts exactly these (besides the pod's
+                # own hold, released here): the state rebuild() would give, without rebuilding it.
+                counted = None
+                wanted = {**others, **held}
+                if view is not None and not view.errors:
+                    own = key in view.records
+                    if len(view.records) - own == len(wanted) and all(
+                        view.records.get(k) == t for k, t in wanted.items()
+                    ):
+                        counted = cache.state(args.node)
+                        if counted is not None and own:
+                            counted = counted.release(key)
             if node is None:
                 return f"node {args.node}: {problem}" if problem else f"node {args.node} is unknown to gpuslice"
             if counted is not None and counted.node is node:
@@ -234,12 +286,22 @@ class Extender:
                     log.warning(
                         "allocation record rejected", extra={"node": args.node, "pod": p.pod, "reason": p.problem}
                     )
-            placed = evaluate(policy, request.demand, state)
-            if isinstance(placed, str):
-                return placed
-            cache.reserve(key, uid, placed.allocation)
-            decided.append(placed.allocation)
-            return placed.allocation
+                for k, text in sorted(held.items()):
+                    with contextlib.suppress(RecordError):  # a hold that no longer fits loses to the records
+                        state = state.apply(k, cache.decode(text, k))
+            placed = None
+            if mine is not None and mine.node == args.node:  # the share held for it, if it is still free
+                with contextlib.suppress(RecordError):
+                    state.apply(key, mine.allocation)
+                    placed = mine.allocation
+            if placed is None:
+                found = evaluate(policy, request.demand, state)
+                if isinstance(found, str):
+                    return found
+                placed = found.allocation
+            cache.reserve(key, uid, placed)
+            decided.append(placed)
+            return placed
 
         try:
             result = self.backend.bind(PodRef(args.namespace, args.name, uid), args.node, decide)
@@ -331,6 +393,7 @@ class Extender:
                     cache.problem(n),
                     errors.get(n),
                     [k for k, node in inflight.items() if node == n],
+                    cache.usage(n),
                 )
                 for n in names
             ]

@@ -48,6 +48,7 @@ AGENT_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("list", "", "pods"),
         ("watch", "", "pods"),
         ("create", "", "events"),
+        ("create", "", "pods/eviction"),  # the overrun guard, with overrun.action: evict only
     }
 )
 

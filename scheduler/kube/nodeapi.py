@@ -1,4 +1,4 @@
-"""The node agent's calls to the API server: its own Node, the pods bound to it, Events.
+"""The node agent's calls to the API server: its own Node, the pods bound to it, Events, evictions.
 
 Implements ``scheduler.agent.cluster.NodeCluster`` (by shape: the agent never imports this
 package; the composition root builds this and hands it in). Every call is in
@@ -109,6 +109,11 @@ class NodeApi:
         }
         with contextlib.suppress(KubeError):  # an Event is best effort: the agent's log says the same
             self._api.create_event(namespace, body)
+
+    def evict(self, pod: Any) -> None:
+        """``pod`` has name, namespace and uid (scheduler.agent.cluster.ObjectRef); the KubeError
+        (429 while a PodDisruptionBudget refuses) says why not."""
+        self._api.evict_pod(pod.namespace or "default", pod.name, pod.uid)
 
     def stop(self) -> None:
         self._stop.set()

@@ -5,6 +5,7 @@ through :class:`scheduler.core.select.Scoreboard`; it never reaches the cluster.
 
 Modules, lower first: ``errors`` -> ``model`` -> readers (``openb``, ``scenario``,
 ``kubelist``, ``load``) -> ``protocol`` (arrival order) -> ``engine`` (one run) ->
-``metrics`` -> ``runner`` (many runs, processes, progress) -> ``report``, ``bound``
--> ``commands`` (the CLI).
+``metrics`` -> ``runner`` (many runs, processes, progress) -> ``report``, ``plots``, ``bound``
+-> ``commands`` (the CLI). Sweeps: ``sweep`` (the description, run ids) -> ``executors``
+(local processes, Dask) -> ``store`` (one file per run) -> ``sweeper`` (resume, run, report).
 """

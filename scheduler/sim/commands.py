@@ -17,6 +17,7 @@ from .bound import Bound, bound
 from .defrag import DefragSpec
 from .errors import TraceError
 from .load import embedded_scenario, load_trace
+from .metrics import RunRecord
 from .model import ARRIVALS, REPLAY_MODES, TIMED, Trace
 from .reference import Reference
 from .reference import load as load_reference
@@ -161,7 +162,7 @@ def simulate(
                 continue
             for s in seed_list:
                 bounds[(t.name, s)] = bound(t, s, 100, inflate, shuffle).bound_pct
-    report = Report(results, ref, bounds)
+    report = Report([RunRecord.of(r) for r in results], ref, bounds)
     report.print(console)
     if out is not None:
         for path in report.write(out):
@@ -215,4 +216,51 @@ def bound_table(
         console.print(f"wrote {path}")
 
 
-__all__ = ["TraceError", "bound_table", "simulate"]
+def sweep(
+    file: Path,
+    data: Path | None = None,
+    out: Path | None = None,
+    reference: Path | None = None,
+    executor: str | None = None,
+    quiet: bool = False,
+) -> int:
+    """``gpuslice sweep``: the runs of ``file`` that ``out`` lacks, then the report from the
+    store. Returns how many runs failed (their errors are stored)."""
+    from .executors import parse_executor
+    from .sweep import load_sweep
+    from .sweeper import run_sweep
+
+    console = _console()
+    described = load_sweep(file, data, out, reference)
+    if described.out is None:
+        raise UsageError(f"--out: {file.name} names no results folder (give --out DIR or an out: key)")
+    chosen = parse_executor(executor)
+    summary = run_sweep(described, chosen, described.out, Console(stderr=True), show_progress=not quiet)
+    _report(described.out, reference, console)
+    failed = len(summary.failed)
+    console.print(
+        f"sweep {described.name}: {summary.planned} runs, {summary.stored_before} were stored, {summary.ran} ran, "
+        f"{failed} failed" + (f" (their errors: {described.out / 'runs'}/<id>.json)" if failed else "")
+    )
+    return failed
+
+
+def report(out: Path, reference: Path | None = None) -> None:
+    """``gpuslice report``: the tables and plots of the runs stored in ``out``, run nothing."""
+    _report(out, reference, _console())
+
+
+def _report(out: Path, reference: Path | None, console: Console) -> None:
+    from .sweeper import stored_report
+
+    made, failed, notes = stored_report(out, reference)
+    made.print(console)
+    for path in made.write(out):
+        console.print(f"wrote {path}")
+    for note in notes:
+        console.print(f"note: {note}")
+    if failed:
+        console.print(f"note: {len(failed)} stored runs failed and are left out; their errors are in {out}/runs/")
+
+
+__all__ = ["TraceError", "bound_table", "report", "simulate", "sweep"]

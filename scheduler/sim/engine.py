@@ -53,6 +53,7 @@ class RunResult:
     wall_seconds: float
     placements: list[tuple[str, str | None]] = field(default_factory=list)  # (pod, node or None), arrivals only
     failed_by_kind: dict[str, int] = field(default_factory=dict)  # dropped pods per kind (share, 1-gpu, ...)
+    gpus_used: int = 0  # GPUs holding at least one share at the end
     gpu_hours: float = 0.0  # GPU held over simulated time (timed replay; 0 with arrivals only)
     evictions: int = 0  # pods the defragmentation planner evicted
     moves: int = 0  # its moves
@@ -251,6 +252,7 @@ def simulate(
         time.perf_counter() - started,
         placements,
         failed_by_kind,
+        sum(1 for s in run.board.states for u in s.usage if u.shares),
         gpu_hours=run.milli_seconds / MILLI / 3600,
         **extra,
     )

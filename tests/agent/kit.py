@@ -1,5 +1,5 @@
 """The agent's test bench: fake GPUs, a cluster in memory that the real extender schedules on, a
-fake clock and a fake process runner.
+fake clock, a fake process runner and a fake ``/proc`` (whose cgroup files map PIDs to pods).
 
 The cluster is a cluster file backend with the extender on top (its real filter and bind),
 shared with the agent through an adapter that implements ``scheduler.agent.cluster.NodeCluster``:
@@ -8,7 +8,10 @@ what the agent publishes, the extender reads; what the extender binds, the agent
 
 from __future__ import annotations
 
+import hashlib
 import json
+import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +24,7 @@ from scheduler.agent.fake import FakeGpus
 from scheduler.agent.mps import MpsDaemons
 from scheduler.backend import Change, Kind
 from scheduler.core.allocation import Allocation, decode_record
+from scheduler.core.errors import GpusliceError
 from scheduler.extender import wire
 from scheduler.extender.config import load_config as serve_config
 from scheduler.extender.service import Extender
@@ -29,6 +33,49 @@ from scheduler.filebackend import FileBackend
 NODE = "gpu-1"
 PREFIX = "gpuslice.io/"
 SHARE = "gpuslice.io/share"
+WALL = 1767225600.0  # 2026-01-01T00:00:00Z: the agent's wall clock in tests
+
+
+def pod_uid(name: str) -> str:
+    """The UID of the kit's pod ``name`` (a UUID, as the API server gives, so cgroup paths name it)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_DNS, name))
+
+
+def container_id(pod: str, container: str = "main0") -> str:
+    """The runtime ID of a kit pod's container: 64 hex digits, as containerd's."""
+    return hashlib.sha256(f"{pod}/{container}".encode()).hexdigest()
+
+
+class FakeProc:
+    """A ``/proc`` directory with a ``cgroup`` and ``comm`` file per PID (cgroup v2, systemd driver,
+    containerd: the most common form; tests/agent/test_procs.py reads the others)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def _write(self, pid: int, cgroup: str, command: str) -> None:
+        base = self.root / str(pid)
+        base.mkdir(exist_ok=True)
+        (base / "cgroup").write_text(cgroup + "\n")
+        (base / "comm").write_text(command + "\n")
+
+    def pod_process(self, pid: int, pod: str, container: str = "main0", command: str = "python3") -> None:
+        """A process of the kit pod ``pod`` (by name), in its container."""
+        slice_uid = pod_uid(pod).replace("-", "_")
+        self._write(
+            pid,
+            f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{slice_uid}.slice/"
+            f"cri-containerd-{container_id(pod, container)}.scope",
+            command,
+        )
+
+    def host_process(self, pid: int, command: str = "python3") -> None:
+        self._write(pid, "0::/user.slice/user-1000.slice/session-2.scope", command)
+
+    def gone(self, pid: int) -> None:
+        for name in ("cgroup", "comm"):
+            (self.root / str(pid) / name).unlink(missing_ok=True)
 
 
 class FakeClock:
@@ -104,15 +151,18 @@ def k8s_node(name: str = NODE) -> dict[str, Any]:
 class Cluster:
     """The API server and the extender, in memory; also the agent's ``NodeCluster``."""
 
-    def __init__(self, tmp: Path, node: str = NODE) -> None:
+    def __init__(self, tmp: Path, node: str = NODE, flags: Mapping[str, Any] | None = None) -> None:
         path = tmp / "cluster.json"
         path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [k8s_node(node)]}))
         self.node = node
         self.backend = _SharedBackend(path, PREFIX, clock=lambda: "2026-01-01T00:00:00Z")
-        self.extender = Extender(serve_config(env={}, flags={}), self.backend)
+        self.extender = Extender(serve_config(env={}, flags=dict(flags or {})), self.backend)
         self.extender.start()
         self.events: list[tuple[ObjectRef, str, str, str]] = []
-        self.patches = 0
+        self.patches: Counter[str] = Counter()  # Node annotation writes, by annotation (without the prefix)
+        self.evictions: list[ObjectRef] = []  # every Eviction call
+        self.refuse_evictions = ""  # a PodDisruptionBudget's refusal, while set
+        self.slow_termination = False  # an evicted pod stays, terminating (a long grace period)
         self._follower: Callable[[Change], None] | None = None
         self.lagging = False  # the agent's watch does not see pod changes (a slow watch)
 
@@ -129,7 +179,7 @@ class Cluster:
                 current.pop(key, None)
             else:
                 current[key] = value
-        self.patches += 1
+        self.patches.update(k.removeprefix(PREFIX) for k in annotations)
         self.backend.put_node(node)
 
     def list_pods(self) -> list[Json]:
@@ -153,6 +203,18 @@ class Cluster:
 
     def event(self, about: ObjectRef, kind: str, reason: str, message: str) -> None:
         self.events.append((about, kind, reason, message))
+
+    def evict(self, pod: ObjectRef) -> None:
+        self.evictions.append(pod)
+        if self.refuse_evictions:
+            raise GpusliceError(f"create pods/eviction: HTTP 429 TooManyRequests: {self.refuse_evictions}")
+        key = f"{pod.namespace}/{pod.name}"
+        if not self.slow_termination:
+            self.backend.delete_pod(key)
+            return
+        terminating = json.loads(json.dumps(self.backend.pods()[key]))
+        terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"
+        self.backend.put_pod(terminating)
 
     def stop(self) -> None:
         if self._follower is not None:
@@ -187,7 +249,7 @@ class Cluster:
                 "metadata": {
                     "name": name,
                     "namespace": namespace,
-                    "uid": f"uid-{name}",
+                    "uid": pod_uid(name),
                     "creationTimestamp": "2026-01-01T00:00:00Z",
                     "annotations": {PREFIX + k.replace("_", "-"): v for k, v in request.items()},
                 },
@@ -230,9 +292,30 @@ class Cluster:
         names = [c["name"] for c in pod["spec"]["containers"]]
         pod["status"] = {
             "phase": "Running",
-            "containerStatuses": [{"name": n, "state": {"running": {}}} for n in names],
+            "containerStatuses": [
+                {"name": n, "state": {"running": {}}, "containerID": f"containerd://{container_id(pod_name(key), n)}"}
+                for n in names
+            ],
         }
         self.backend.put_pod(pod)
+
+    def run_foreign_pod(self, name: str, namespace: str = "default", scheduler: str = "default-scheduler") -> str:
+        """A pod another scheduler placed on the node: running, no gpuslice record."""
+        return self.backend.put_pod(
+            {
+                "apiVersion": "v1",
+                "metadata": {"name": name, "namespace": namespace, "uid": pod_uid(name)},
+                "spec": {"schedulerName": scheduler, "nodeName": self.node, "containers": [{"name": "main0"}]},
+                "status": {"phase": "Running"},
+            }
+        )
+
+    def usage(self) -> dict[str, Any]:
+        """The Node's usage annotation, as the agent last wrote it."""
+        text = self.get_node()["metadata"].get("annotations", {}).get(PREFIX + "usage")
+        assert isinstance(text, str), "no usage annotation"
+        loaded: dict[str, Any] = json.loads(text)
+        return loaded
 
     def counted(self) -> dict[str, Allocation]:
         """The records the extender counts on the node."""
@@ -240,6 +323,10 @@ class Cluster:
             state = self.extender.cache.state(self.node)
         assert state is not None
         return dict(state.pods)
+
+
+def pod_name(key: str) -> str:
+    return key.split("/", 1)[-1]
 
 
 def write(tmp: Path, name: str, body: Any) -> str:
@@ -255,6 +342,7 @@ def agent_config(tmp: Path, **body: Any) -> AgentConfig:
         "podResourcesSocket": "",
         "mps": {"root": str(tmp / "mps"), "daemon": "agent", "externalPipeDirectory": str(tmp / "nvidia-mps")},
         "admitWaitSeconds": 2,
+        "measure": {"procRoot": str(tmp / "proc")},
     }
     for key, value in body.items():
         base[key] = {**base[key], **value} if isinstance(value, dict) and isinstance(base.get(key), dict) else value
@@ -273,7 +361,14 @@ def make_agent(
     settings = agent_config(tmp, **config)
     runner = runner or FakeRunner()
     agent = Agent(
-        settings, hardware, cluster, MpsDaemons(settings.mps, runner), runner, pod_resources, clock or FakeClock()
+        settings,
+        hardware,
+        cluster,
+        MpsDaemons(settings.mps, runner),
+        runner,
+        pod_resources,
+        clock or FakeClock(),
+        wall=lambda: WALL,
     )
     agent.start()
     cluster.follow_pods(agent.on_pod)

@@ -42,6 +42,20 @@ def config(tmp: Path, body: Any, node: str = "n1") -> Any:
             "agent.oversubscription.mpsComputePct: must be a whole number >= 100",
         ),
         ({"nvidiaDevicePluginConfig": "/nonexistent/config.yaml"}, "nvidiaDevicePluginConfig: cannot read"),
+        ({"metrics": {"port": 70000}}, "agent.metrics.port: must be a whole number 0..65535, got 70000"),
+        ({"metrics": {"path": "/m"}}, "agent.metrics.path: unknown key; accepted: address, port"),
+        ({"measure": {"publishSeconds": 0}}, "agent.measure.publishSeconds: must be a number of seconds in (0, 3600]"),
+        ({"measure": {"strayRoundMiB": 0}}, "agent.measure.strayRoundMiB: must be a whole number 1..65536, got 0"),
+        ({"measure": {"procroot": "/proc"}}, "agent.measure.procroot: unknown key; accepted: procRoot"),
+        ({"overrun": {"action": "kill"}}, "agent.overrun.action: 'kill'; accepted: report, evict"),
+        ({"overrun": {"namespaces": {"team-a": "delete"}}}, "agent.overrun.namespaces.team-a: 'delete'; accepted"),
+        (
+            {"overrun": {"namespaces": {"Team_A": "evict"}}},
+            "agent.overrun.namespaces: 'Team_A' is not a namespace name",
+        ),
+        ({"overrun": {"namespaces": ["team-a"]}}, "agent.overrun.namespaces: must be a mapping of namespace"),
+        ({"overrun": {"graceSeconds": -5}}, "agent.overrun.graceSeconds: must be a number of seconds in (0, 86400]"),
+        ({"overrun": {"toleranceMiB": 1.5}}, "agent.overrun.toleranceMiB: must be a whole number >= 0, got 1.5"),
     ],
 )
 def test_a_bad_field_is_named_with_what_is_accepted(tmp_path: Path, body: dict[str, Any], message: str) -> None:
@@ -49,6 +63,19 @@ def test_a_bad_field_is_named_with_what_is_accepted(tmp_path: Path, body: dict[s
         config(tmp_path, body)
     assert message in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_the_measuring_settings_and_their_defaults(tmp_path: Path) -> None:
+    default = load_config(None, "n1", {})
+    assert (default.metrics.port, default.overrun.action, default.overrun.grace_s) == (9402, "report", 60.0)
+    assert default.overrun.action_for("team-a") == "report"  # report only, unless configured
+    body = {
+        "overrun": {"action": "report", "namespaces": {"batch": "evict"}, "graceSeconds": 5},
+        "metrics": {"port": 0},
+    }
+    settings = config(tmp_path, body)
+    assert settings.overrun.action_for("batch") == "evict" and settings.overrun.action_for("prod") == "report"
+    assert settings.metrics.port == 0 and settings.overrun.grace_s == 5.0
 
 
 def test_the_node_name_comes_from_the_flag_the_file_or_the_environment(tmp_path: Path) -> None:
@@ -86,6 +113,8 @@ def test_the_nvidia_device_plugins_sharing_config_sets_the_modes(tmp_path: Path)
         ),
         ([{"model": "L4", "colour": "red"}], "gpus[0].colour: unknown key"),
         ([{"model": "L4", "nvlink": "all"}], "gpus[0].nvlink: must be a list of whole numbers"),
+        ([{"model": "L4", "processes": [{"pid": 1, "smPercent": 150}]}], "gpus[0].processes[0].smPercent: 0..100"),
+        ([{"model": "L4", "processes": [{"pid": 1, "memory": 5}]}], "gpus[0].processes[0].memory: unknown key"),
     ],
 )
 def test_a_bad_fake_gpu_file_is_named(gpus: list[dict[str, Any]], message: str) -> None:
@@ -137,3 +166,14 @@ def test_the_command_reports_bad_configuration_in_one_line(tmp_path: Path) -> No
     assert done.stderr.strip().splitlines() == [
         "gpuslice agent: agent.sharing.mode: 'x'; accepted: exclusive, mps, time-slicing, mig"
     ]
+
+
+def test_every_key_is_in_the_docs_table() -> None:
+    from scheduler.agent.config import _TOP_KEYS
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "node-agent.md").read_text(encoding="utf-8")
+    import re
+
+    first_cells = [line.split("|")[1] for line in docs.splitlines() if line.startswith("| `")]
+    documented = {name for cell in first_cells for name in re.findall(r"`([A-Za-z]+)`", cell)}
+    assert set(_TOP_KEYS) - documented == set()

@@ -68,13 +68,13 @@ def test_the_inventory_is_the_fake_hardware(tmp_path: Path, cluster: Cluster, gp
 
 def test_the_inventory_is_written_only_when_it_changes(tmp_path: Path, cluster: Cluster, gpus: FakeGpus) -> None:
     agent = make_agent(tmp_path, gpus, cluster, **CONFIG)
-    assert cluster.patches == 1
+    assert cluster.patches["inventory"] == 1
     agent.tick()
     agent.tick()
-    assert cluster.patches == 1
+    assert cluster.patches["inventory"] == 1
     gpus.make_by_hand(0, "1g.10gb", 0)  # the hardware changed under the agent
     agent.tick()
-    assert cluster.patches == 2
+    assert cluster.patches["inventory"] == 2
 
 
 def test_a_fatal_xid_marks_the_gpu_unhealthy_and_the_extender_refuses_it(

@@ -1,5 +1,5 @@
-"""The inventory annotation's codec, and the two things the node agent adds to it: health and
-MIG instances made by hand on a dynamic-MIG GPU."""
+"""The inventory annotation's codec, and the three things the node agent adds to it: health,
+MIG instances made by hand on a dynamic-MIG GPU, and memory held by stray processes."""
 
 from __future__ import annotations
 
@@ -66,6 +66,7 @@ def devices(draw: st.DrawFn, index: int) -> Device:
     }
     reason = draw(st.sampled_from(["", "XID 79: GPU has fallen off the bus", "XID 48: double-bit ECC error"]))
     options.update(healthy=not reason, unhealthy_reason=reason)
+    options["stray_memory_mib"] = draw(st.sampled_from([0, 0, 256, 4096, model.memory_mib]))
     if mode is SharingMode.MIG:
         assert model.mig is not None
         instances = draw(legal_instances(model, f"{index}"))
@@ -187,3 +188,64 @@ def test_unhealthy_without_a_reason_still_says_so() -> None:
     raw = [{"index": 0, "model": "L4", "healthy": False}]
     node = parse_node({"metadata": {"name": "gpu-1", "annotations": {"gpuslice.io/inventory": json.dumps(raw)}}})
     assert (node.devices[0].healthy, node.devices[0].unhealthy_reason) == (False, "reported unhealthy")
+
+
+def stray_node(mode: str, stray: int, **options: Any) -> Node:
+    return Node(
+        "gpu-1", 32_000, 256_000, (make_device(0, "L4", mode, uuid="GPU-a", stray_memory_mib=stray),), **options
+    )
+
+
+def share_of(memory: str) -> Any:
+    return parse_pod(pod(annotations={"gpuslice.io/gpu-memory": memory})).demand
+
+
+@pytest.mark.parametrize("mode", ["mps", "time-slicing"])
+def test_stray_memory_is_not_free_to_new_shares(mode: str) -> None:
+    # L4: 23034 MiB (the catalogue's). 8192 MiB stray leaves 23034 - 8192 = 14842 MiB: 14 GiB fits, 15 GiB does not
+    state = NodeState.empty(reparse(stray_node(mode, 8192, ts_memory_oversub_pct=100)))
+    assert state.node.devices[0].stray_memory_mib == 8192
+    assert state.free()[0].memory_mib == 23034 - 8192
+    assert fit(share_of("14Gi"), state)
+    assert fit(share_of("15Gi"), state).reason == "needs 15360 MiB on one GPU, largest free 14842 MiB"
+    # without the stray the same share fits
+    assert fit(share_of("15Gi"), NodeState.empty(reparse(stray_node(mode, 0))))
+
+
+def test_stray_memory_counts_beside_the_records() -> None:
+    # 8 GiB recorded + 8 GiB stray on an L4 (23034 MiB): 23034 - 16384 = 6650 MiB left
+    state = NodeState.empty(reparse(stray_node("mps", 8192)))
+    state = state.apply("default/a", fit(share_of("8Gi"), state).allocations[0])
+    assert state.free()[0].memory_mib == 6650
+    assert fit(share_of("6Gi"), state) and not fit(share_of("7Gi"), state)
+
+
+def test_an_exclusive_gpu_with_a_stray_process_is_not_free() -> None:
+    state = NodeState.empty(reparse(stray_node("exclusive", 300)))
+    whole = parse_pod(pod(gpus=1)).demand
+    assert fit(whole, state).reason == "GPU 0 is not free: 300 MiB held by processes no allocation record accounts for"
+    assert state.free()[0].milli == 0 and "stray 300 MiB" in state.free()[0].detail
+
+
+def test_a_record_on_a_gpu_with_stray_memory_still_counts() -> None:
+    # the records hold what they hold: stray memory refuses new shares, never old records
+    from scheduler.core.allocation import encode_record
+    from scheduler.core.state import rebuild
+
+    (alloc,) = fit(share_of("20Gi"), NodeState.empty(reparse(stray_node("mps", 0)))).allocations
+    state, problems = rebuild(reparse(stray_node("mps", 8192)), [("default/p", encode_record(alloc))])
+    assert problems == [] and state.usage[0].memory_mib == 20480
+    assert state.free()[0].memory_mib == 0
+
+
+def test_stray_memory_on_a_mig_gpu_does_not_take_free_slots() -> None:
+    node = Node("gpu-1", 32_000, 256_000, (make_device(0, "A100-80GB", "mig", uuid="GPU-a", stray_memory_mib=4096),))
+    state = NodeState.empty(reparse(node))
+    seven = parse_pod(pod(annotations={"gpuslice.io/mig-profile": "7g.80gb"})).demand
+    assert fit(seven, state)
+
+
+def test_a_bad_stray_figure_is_named() -> None:
+    raw = [{"index": 0, "uuid": "GPU-a", "model": "L4", "mode": "mps", "strayMemoryMiB": -1}]
+    with pytest.raises(InventoryError, match="'strayMemoryMiB' must be an integer >= 0, got -1"):
+        parse_node({"metadata": {"name": "gpu-1", "annotations": {"gpuslice.io/inventory": json.dumps(raw)}}})

@@ -76,3 +76,21 @@ def test_the_webhook_adds_the_resource_the_agent_serves() -> None:
     env = {e["name"]: e.get("value") for e in container(find("Deployment", "gpuslice"), "gpuslice")["env"]}
     assert env["GPUSLICE_SHARE_RESOURCE"] == yaml.safe_load(text)["resource"]
     assert WebhookConfig.from_env(env).share_resource == "gpuslice.io/share"
+
+
+def test_the_metrics_port_and_probes_are_the_ones_the_agent_serves(tmp_path: Path) -> None:
+    from scheduler.agent.config import load_config
+
+    text = find("ConfigMap", "gpuslice-agent-config")["data"]["agent.yaml"]
+    (tmp_path / "agent.yaml").write_text(text)
+    config = load_config(str(tmp_path / "agent.yaml"), "", {"NODE_NAME": "gpu-1"})
+    agent = agent_container()
+    ports = {p["name"]: p["containerPort"] for p in agent["ports"]}
+    assert ports == {"metrics": config.metrics.port} and config.metrics.port > 0
+    assert agent["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert agent["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    annotations = daemonset()["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(config.metrics.port)
+    assert annotations["prometheus.io/path"] == "/metrics"
+    # report only unless the operator says evict
+    assert config.overrun.action == "report" and dict(config.overrun.namespaces) == {}

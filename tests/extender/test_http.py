@@ -91,8 +91,8 @@ def test_parallel_binds_never_over_allocate(tmp_path: Path, servers: list[Server
 
 def test_restart_rebuilds_the_same_state(tmp_path: Path, servers: list[Server]) -> None:
     nodes = [k8s_node("a", gpus=4), k8s_node("b", gpus=2, model="A100-80GB", mode="mig")]
-    pods = [k8s_pod(f"p{i}", gpu_fraction="0.25") for i in range(6)]
-    pods += [k8s_pod(f"m{i}", mig_profile="2g.20gb") for i in range(4)]
+    pods = [k8s_pod(f"m{i}", mig_profile="2g.20gb") for i in range(4)]
+    pods += [k8s_pod(f"p{i}", gpu_fraction="0.25", sharing="mps") for i in range(6)]
     first = start(cluster_file(tmp_path / "c.json", *nodes, *pods))
     servers.append(first)
     client = ExtenderClient(first.url)

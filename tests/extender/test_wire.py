@@ -126,12 +126,20 @@ class TestFilter:
         assert response.status_code == 405 and response.headers["allow"] == "POST"
         assert svc.http.post(f"/{verb}x", json={}).status_code == 404  # other paths go to the app's routes
 
-    def test_malformed_request_makes_every_node_unresolvable(self, svc: Any) -> None:
-        got = svc.post("filter", filter_args(k8s_pod("p", gpu_fraction="1.5"), ["mps-a", "cpu"]))
-        assert got["NodeNames"] == [] and got["FailedNodes"] is None
-        message = got["FailedAndUnresolvableNodes"]["mps-a"]
-        assert message == got["FailedAndUnresolvableNodes"]["cpu"]
-        assert "gpuslice.io/gpu-fraction" in message and "accepted" in message
+    def test_malformed_request_is_one_error_whatever_the_cluster_size(self, svc: Any) -> None:
+        answers = [
+            svc.http.post("/filter", json=filter_args(k8s_pod("p", gpu_fraction="1.5"), names)).content
+            for names in (["mps-a"], [f"node-{i}" for i in range(5000)])
+        ]
+        assert len(answers[0]) == len(answers[1]) < 400  # nothing per node
+        got = json.loads(answers[1])
+        assert got["NodeNames"] is None and got["FailedNodes"] is None and got["FailedAndUnresolvableNodes"] is None
+        assert "gpuslice.io/gpu-fraction" in got["Error"] and "accepted" in got["Error"]
+
+    def test_errors_read_right_through_go_format_strings(self, svc: Any) -> None:
+        # kube-scheduler formats Error with fmt.Errorf: no "%" may reach it
+        got = svc.post("filter", filter_args(k8s_pod("p", gpu_compute="50%%"), ["mps-a"]))
+        assert "%" not in got["Error"] and "50\uff05\uff05" in got["Error"]
 
     def test_pod_without_gpu_passes_everywhere(self, svc: Any) -> None:
         got = svc.post("filter", filter_args(k8s_pod("web"), [*NAMES, "ghost"]))
@@ -165,11 +173,11 @@ class TestPrioritize:
         got = svc.post("prioritize", filter_args(pod, ["mps-a", "mps-b", "cpu", "ghost"]))
         assert isinstance(got, list)
         assert [set(hp) for hp in got] == [{"Host", "Score"}] * 4
-        # binpack: mps-a 500 / 4000 = 12.5% -> 12 -> 1; mps-b 500 / 2000 = 25% -> 2.5 -> 3 (half up);
-        # cpu has no GPU and ghost is unknown -> 0
+        # binpack: mps-a 500 / 4000 = 12.5% -> 12 -> 1; mps-b 500 / 2000 = 25%: the node ranked
+        # first gets 10 (the others at most 9); cpu has no GPU and ghost is unknown -> 0
         assert got == [
             {"Host": "mps-a", "Score": 1},
-            {"Host": "mps-b", "Score": 3},
+            {"Host": "mps-b", "Score": 10},
             {"Host": "cpu", "Score": 0},
             {"Host": "ghost", "Score": 0},
         ]
@@ -177,7 +185,7 @@ class TestPrioritize:
 
     def test_full_nodes_mode(self, svc: Any) -> None:
         got = svc.post("prioritize", filter_args(k8s_pod("p", gpu_fraction="0.5"), nodes=nodes()[:2]))
-        assert got == [{"Host": "mps-a", "Score": 1}, {"Host": "mps-b", "Score": 3}]
+        assert got == [{"Host": "mps-a", "Score": 1}, {"Host": "mps-b", "Score": 10}]
 
     def test_malformed_gets_an_empty_list_and_a_header(self, svc: Any) -> None:
         response = svc.http.post("/prioritize", content=b"[")

@@ -22,7 +22,8 @@ second Binding, ``410`` for a compacted resourceVersion, and faults injected on 
         api.requests             # [(verb, resource, name)] in order; api.count(verb, resource)
 
 Verbs are the RBAC verbs (list, watch, get, create, update, patch, delete); resources are
-``nodes``, ``pods``, ``pods/binding``, ``pods/eviction`` and ``configmaps``. Changes made through the Python
+``nodes``, ``pods``, ``pods/binding``, ``pods/eviction`` (policy/v1; ``api.evictions`` lists the
+bodies accepted, dry runs aside) and ``configmaps``. Changes made through the Python
 methods (``put_*``, ``delete_*``, ``set_pod_phase``) produce watch events like API writes,
 and are not counted in ``served``. Merge and strategic-merge patches are both applied as
 JSON merge patches (enough for maps such as annotations).
@@ -190,6 +191,7 @@ class FakeApiServer:
         self._connections: set[socket.socket] = set()
         self.requests: list[tuple[str, str, str]] = []
         self.authorizations: set[str] = set()  # the Authorization headers seen ("" for none)
+        self.evictions: list[Json] = []  # the Eviction bodies accepted
         self._server = ThreadingHTTPServer((host, port), _Handler)
         self._server.daemon_threads = True
         self._server.fake = self  # type: ignore[attr-defined]
@@ -515,16 +517,19 @@ class FakeApiServer:
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def evict(self, namespace: str, name: str, body: Json, dry_run: bool = False) -> Json:
-        """An Eviction: the pod is deleted (no PodDisruptionBudgets here: a refusal is a 429 fault)."""
+        """A policy/v1 Eviction with no PodDisruptionBudget in the way: the pod is deleted (a
+        budget that refuses is a fault: ``fault("create", "pods/eviction", status=429)``); a dry
+        run (``dryRun=All``) checks the same and changes nothing."""
         with self._lock:
             pod = self._require("pods", f"{namespace}/{name}")
-            wanted = ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
-            if wanted and wanted != pod["metadata"]["uid"]:
-                raise ApiFailure(
-                    409,
-                    f"Precondition failed: UID in precondition: {wanted}, UID in object meta: {pod['metadata']['uid']}",
-                )
+            if body.get("apiVersion") != "policy/v1" or body.get("kind") != "Eviction":
+                raise ApiFailure(400, "expected a policy/v1 Eviction", "BadRequest")
+            uid = ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
+            actual = pod["metadata"].get("uid")
+            if uid and uid != actual:
+                raise ApiFailure(409, f"Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}")
             if not dry_run:
+                self.evictions.append(body)
                 self._store("pods", pod, "DELETED")
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 

@@ -1,5 +1,6 @@
 """The node agent's Kubernetes side against the fake API server, through the real client: its Node,
-the pods bound to it (list and watch narrowed to the node), Events; and exactly the declared calls."""
+the pods bound to it (list and watch narrowed to the node), Events, evictions; and exactly the
+declared calls."""
 
 from __future__ import annotations
 
@@ -58,6 +59,11 @@ def test_the_node_api_reads_and_writes_only_its_own_node_and_pods() -> None:
         assert ("default/new", True) in seen and all("elsewhere" not in k for k, _ in seen)
 
         api.event(ObjectRef("Pod", "mine", "default", "uid-1"), "Warning", "GpusliceAllocateFailed", "why")
+        api.evict(ObjectRef("Pod", "new", "default", "uid-new"))
+        (eviction,) = server.evictions
+        assert eviction["apiVersion"] == "policy/v1" and eviction["kind"] == "Eviction"
+        assert eviction["deleteOptions"] == {"preconditions": {"uid": "uid-new"}}
+        assert server.pod("default", "new") is None
         api.stop()
         events = server.objects("events")
         (event,) = events
@@ -83,3 +89,25 @@ def test_the_agents_client_cannot_make_the_services_calls() -> None:
     api = NodeApi(KubeApi.from_url("http://127.0.0.1:1"), "gpu-1")
     with pytest.raises(AssertionError, match="API call create pods/binding is missing from AGENT_API_CALLS"):
         api._api.bind_pod("default", "p", {})
+
+
+def test_an_eviction_a_budget_refuses_or_of_a_replaced_pod_is_an_error() -> None:
+    import pytest
+
+    from scheduler.kube.errors import ApiStatusError, ConflictError
+
+    with FakeApiServer() as server:
+        server.put_pod(on("gpu-1", "p"))
+        api = NodeApi(KubeApi.from_url(server.url, request_timeout_s=2.0), "gpu-1")
+        server.fault(
+            "create",
+            "pods/eviction",
+            status=429,
+            message="Cannot evict pod as it would violate the pod's disruption budget.",
+        )
+        with pytest.raises(ApiStatusError, match="create pods/eviction: HTTP 429"):
+            api.evict(ObjectRef("Pod", "p", "default", "uid-p"))
+        with pytest.raises(ConflictError, match="Precondition failed"):
+            api.evict(ObjectRef("Pod", "p", "default", "uid-of-another-p"))
+        assert server.pod("default", "p") is not None and server.evictions == []
+        api.stop()

@@ -218,10 +218,12 @@ def test_board_feasibility_follows_node_changes() -> None:
 # ---------------------------------------------------------------- the board equals the plain answers
 
 
-def test_board_feasibility_and_scores_equal_plain_fit_and_rank() -> None:
+@pytest.mark.parametrize("slack", [4096, 0])
+def test_board_feasibility_and_scores_equal_plain_fit_and_rank(slack: int) -> None:
     """Random clusters and pods, applied and released at random: the board's outcomes equal
     ``fit`` node by node (its reason too), and its scores (kept per node stamp, shared between
-    nodes in the same state) equal the plain ranking of every node, for every policy."""
+    nodes in the same state) equal the plain ranking of every node, for every policy; also when
+    the board numbers its signatures and device states again and again."""
     from scheduler.core import REGISTRY
 
     rng = random.Random(11)
@@ -258,6 +260,7 @@ def test_board_feasibility_and_scores_equal_plain_fit_and_rank() -> None:
     policies = [make_policy(n) for n in sorted(REGISTRY) if n != "random"]
     order = {s.node.name: i for i, s in enumerate(states)}
     board = Board(states, order)
+    board._ID_SLACK = slack  # 0: signatures and device states numbered again at (nearly) every change
     placed: list[tuple[str, str]] = []
     for step in range(150):
         demand = rng.choice(demands)
