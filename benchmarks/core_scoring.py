@@ -18,10 +18,13 @@ import random
 import statistics
 import time
 
-from scheduler.core import CATALOG, Demand, Device, GpuKind, GpuRequest, Node, NodeState, SharingMode, make_policy
 from scheduler.core.board import Board
-from scheduler.core.catalog import ProfileSpec
+from scheduler.core.catalog import CATALOG, ProfileSpec
+from scheduler.core.inventory import Device, Node, SharingMode
+from scheduler.core.policies import make_policy
+from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.select import rank
+from scheduler.core.state import NodeState
 
 MODES = [
     (SharingMode.MPS, "H100-80GB"),

@@ -58,10 +58,12 @@ from typing import Any
 import numpy as np
 import orjson
 
-from scheduler.core import CATALOG, Device, Node, NodeState, SharingMode
 from scheduler.core.allocation import record_annotations
+from scheduler.core.catalog import CATALOG
 from scheduler.core.fit import fit
+from scheduler.core.inventory import Device, Node, SharingMode
 from scheduler.core.request import parse_pod
+from scheduler.core.state import NodeState
 from scheduler.extender.client import ExtenderClient
 from scheduler.extender.run import GC_THRESHOLDS
 

@@ -78,6 +78,11 @@ class Backend(Protocol):
 
     def stop(self) -> None: ...
 
+    def node_event(self, node: str, reason: str, message: str) -> None:
+        """Tell ``node``'s operators something is wrong with it, where they look: a Warning
+        Event on the Node (``kubectl describe node``) from the Kubernetes backend. Best
+        effort: it never raises, and never makes the caller (the watch) wait."""
+
     def bind(self, pod: PodRef, node: str, decide: Decide) -> BindResult:
         """Give ``pod`` a share on ``node`` and bind it there, or fail cleanly.
 

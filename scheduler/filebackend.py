@@ -145,6 +145,7 @@ class FileBackend:
         self._locks: dict[str, threading.Lock] = {}
         self._on_change: Callable[[Change], None] | None = None
         self._ready = False
+        self.events: list[tuple[str, str, str]] = []  # (node, reason, message): no cluster to record them in
 
     # ------------------------------------------------------------ Backend
 
@@ -166,6 +167,11 @@ class FileBackend:
     def stop(self) -> None:
         self._ready = False
         self._on_change = None
+
+    def node_event(self, node: str, reason: str, message: str) -> None:
+        """Kept in :attr:`events` (a cluster file has nowhere to write an Event); the log shows it."""
+        with self._lock:
+            self.events.append((node, reason, message))
 
     def bind(self, pod: PodRef, node: str, decide: Decide) -> BindResult:
         # Pod lock first, then node lock: the only order anything here takes them in.

@@ -1,4 +1,9 @@
-"""Structured logs: one JSON object per line, with the pod and node of every decision."""
+"""Logs: one line per event, with the pod and node of every decision.
+
+Two formats of the same records: ``json`` (one object per line, for a log pipeline; the
+default when stderr is not a terminal) and ``text`` (``12:00:01.250 info serve listening
+url=http://127.0.0.1:8686 ...``, for a person at a terminal).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,11 @@ import orjson
 _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName", "color_message"}
 
 LOGGER = "gpuslice"
+FORMATS = ("text", "json")
+
+
+def _fields(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
 
 
 class JsonFormatter(logging.Formatter):
@@ -24,19 +34,43 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
+            **_fields(record),
         }
-        for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
-                out[key] = value
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return orjson.dumps(out, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
-def configure(level: str = "info", stream: Any = None) -> None:
-    """Send the ``gpuslice`` loggers (and uvicorn's) to ``stream`` as JSON lines."""
+class TextFormatter(logging.Formatter):
+    """``HH:MM:SS.mmm level logger message key=value ...`` (local time), on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%H:%M:%S", time.localtime(record.created)) + f".{int(record.msecs):03d}"
+        name = record.name.removeprefix(LOGGER + ".")
+        parts = [stamp, f"{record.levelname.lower():<7}", name, record.getMessage()]
+        for key, value in _fields(record).items():
+            if value is None:
+                continue
+            text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+            parts.append(f"{key}={text if text and ' ' not in text else repr(text)}")
+        line = " ".join(parts)
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def default_format(stream: Any = None) -> str:
+    """``text`` when the stream (stderr) is a terminal, else ``json``."""
+    stream = stream or sys.stderr
+    isatty = getattr(stream, "isatty", None)
+    return "text" if isatty is not None and isatty() else "json"
+
+
+def configure(level: str = "info", stream: Any = None, fmt: str | None = None) -> None:
+    """Send the ``gpuslice`` loggers (and uvicorn's) to ``stream`` (stderr) in ``fmt``."""
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    chosen = fmt or default_format(handler.stream)
+    handler.setFormatter(TextFormatter() if chosen == "text" else JsonFormatter())
     for name in (LOGGER, "uvicorn", "uvicorn.error"):
         logger = logging.getLogger(name)
         logger.handlers[:] = [handler]

@@ -1,22 +1,23 @@
 """Print the Markdown tables of simulations/README.md from the recorded results.
 
-python simulations/tables.py [--reference ../shared/data/fgd_expected_results]
+python simulations/tables.py [--reference DIR]
+
+DIR: the FGD authors' result curves, by default where the README's commands fetch them
+(data/fgd/experiments/analysis/expected_results) or $GPUSLICE_FGD_RESULTS.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from scheduler.sim import defragtable
+from scheduler.sim.datasets import results_dir
 from scheduler.sim.reference import load
 from scheduler.sim.report import markdown_table, pivot_table, rows_from_files
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_REFERENCE = Path(os.environ.get("GPUSLICE_SHARED_DATA", HERE.parents[1] / "shared" / "data")) / (
-    "fgd_expected_results"
-)
+DEFAULT_REFERENCE = results_dir(HERE.parent)
 PAPER = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")
 LIMIT = {"random": 0.5, "bestfit": 0.5, "fgd": 0.5, "dotprod": 1.0, "gpuclustering": 1.0, "gpupacking": 1.0}
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.core import CATALOG, Device, MigInstance, Node, NodeState, SharingMode
-from scheduler.core.catalog import GpuModel
+from scheduler.core.catalog import CATALOG, GpuModel
+from scheduler.core.inventory import Device, MigInstance, Node, SharingMode
 from scheduler.core.request import DEFAULT_PREFIX
+from scheduler.core.state import NodeState
 
 
 def make_device(

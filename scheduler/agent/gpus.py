@@ -4,7 +4,8 @@ Two implementations: :mod:`scheduler.agent.nvml` (the real one, on nvidia-ml-py)
 :mod:`scheduler.agent.fake` (in memory, from a small YAML file), so the whole agent runs and
 is tested with no GPU. Nothing else in the agent touches a GPU.
 
-The seam never changes MIG mode and has no call that could: the agent must not (DESIGN §9).
+The seam never changes MIG mode and has no call that could: the agent must not (MIG mode changes
+only with the GPU idle, and often needs a reset; docs/node-agent.md).
 Processes carry host PIDs, used memory and, where NVML samples it, SM utilisation, per GPU
 and MIG instance: what measuring each share's use rests on (:mod:`scheduler.agent.sampling`).
 """

@@ -10,6 +10,7 @@ never a traceback. Anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -24,12 +25,16 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help and usage errors, as most command-line tools print them: no boxes (and
+    # rich is not imported for --help, which keeps it fast).
+    rich_markup_mode=None,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# Exit status of a command that failed on purpose: bad input or configuration (2, as for a
-# usage error), or a service or cluster that could not be reached (1).
+# Exit status of a command that failed on purpose: bad input or configuration, or a file that
+# cannot be read or written (2, as for a usage error); a service or cluster that could not be
+# reached (1: the error's own ``exit_code``).
 EXIT_USAGE = 2
 
 
@@ -49,9 +54,14 @@ def reported(name: str, fn: F) -> F:
         except GpusliceError as exc:
             print(f"gpuslice {name}: {exc}", file=sys.stderr)
             raise typer.Exit(getattr(exc, "exit_code", EXIT_USAGE)) from None
+        except BrokenPipeError:
+            # The reader went away (gpuslice inspect | head): nothing to report, nothing more to
+            # write; stdout goes nowhere, so that flushing it at exit does not fail again.
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (open until the process ends)
+            raise typer.Exit(0) from None
         except OSError as exc:
             print(f"gpuslice {name}: {os_error_text(exc)}", file=sys.stderr)
-            raise typer.Exit(1) from None
+            raise typer.Exit(EXIT_USAGE) from None
 
     return run  # type: ignore[return-value]
 

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from scheduler.core.errors import UsageError
+from scheduler.core.errors import GpusliceError, UsageError
 
+from . import _options as opt
 from ._app import command
 
 if TYPE_CHECKING:
@@ -23,22 +24,59 @@ if TYPE_CHECKING:
     from scheduler.kube import Evictor
 
 
-def settings_with(config: Any, namespaces: list[str] | None, max_evictions: int | None) -> Any:
-    """The config's defrag settings with the command line's namespaces added and its budget, validated."""
-    from pydantic import ValidationError
+MAX_EVICTIONS = 1000  # as defrag.max_evictions accepts
 
+
+class Unreachable(GpusliceError):
+    """The live cluster did not answer the lists a plan starts from."""
+
+    exit_code = 1
+
+
+def settings_with(config: Any, namespaces: list[str] | None, max_evictions: int | None) -> Any:
+    """The config's defrag settings with the command line's namespaces added and its budget
+    (both checked by the caller)."""
     from scheduler.extender.config import DefragSettings
 
     given = config.defrag.model_dump()
     given["namespaces"] = [*given["namespaces"], *(namespaces or [])]
     if max_evictions is not None:
         given["max_evictions"] = max_evictions
-    try:
-        return DefragSettings.model_validate(given)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        option = "--namespace" if first["loc"][0] == "namespaces" else "--max-evictions"
-        raise UsageError(f"{option}: {first['msg'].removeprefix('Value error, ')}") from None
+    return DefragSettings.model_validate(given)
+
+
+def check_options(
+    cluster_file: str | None,
+    config_file: Path | None,
+    namespaces: list[str] | None,
+    max_evictions: str | None,
+    apply: bool,
+    kubeconfig: str | None,
+    api_url: str | None,
+) -> int | None:
+    """Every option checked before anything is read (one line naming the option, the value and
+    what is accepted); the budget given, if any."""
+    from scheduler.extender.config import NAMESPACE, NAMESPACE_ACCEPTED
+
+    if apply and cluster_file is not None:
+        raise UsageError("--apply evicts pods of the live cluster; --cluster-file is a snapshot: give one or the other")
+    for option, given in (("--kubeconfig", kubeconfig), ("--api-url", api_url)):
+        if given is not None and cluster_file is not None:
+            raise UsageError(f"{option} with --cluster-file: a cluster file needs no cluster; give one of them")
+    if kubeconfig is not None and api_url is not None:
+        raise UsageError("--kubeconfig with --api-url: both name the cluster; give one of them")
+    if kubeconfig is not None:
+        opt.readable_file("--kubeconfig", Path(kubeconfig))
+    if config_file is not None:
+        opt.readable_file("--config", config_file)
+    if cluster_file is not None and cluster_file != "example":
+        opt.readable_file("--cluster-file", Path(cluster_file))
+    for name in namespaces or []:
+        if not NAMESPACE.fullmatch(name):
+            raise UsageError(f"--namespace {name!r}: accepted: {NAMESPACE_ACCEPTED}")
+    if max_evictions is None:
+        return None
+    return opt.whole("--max-evictions", max_evictions, 0, MAX_EVICTIONS)
 
 
 def apply_plan(
@@ -90,7 +128,9 @@ def defrag(
             help="A namespace whose controller-owned pods may move (repeatable; added to defrag.namespaces).",
         ),
     ] = None,
-    max_evictions: Annotated[int | None, typer.Option(help="Pods evicted at most (default 8).")] = None,
+    max_evictions: Annotated[
+        str | None, typer.Option(metavar="N", help=f"Pods evicted at most (default 8; 0 to {MAX_EVICTIONS}).")
+    ] = None,
     policy: Annotated[str | None, typer.Option(help="The placement policy the cluster runs (default binpack).")] = None,
     apply: Annotated[
         bool,
@@ -109,10 +149,9 @@ def defrag(
     from scheduler.extender.config import PLANNING_FIELDS, load_config
     from scheduler.extender.defrag import plan_cluster, plan_json, plan_lines
 
-    if apply and cluster_file is not None:
-        raise UsageError("--apply evicts pods of the live cluster; --cluster-file is a snapshot: give one or the other")
+    budget = check_options(cluster_file, config_file, namespace, max_evictions, apply, kubeconfig, api_url)
     config = load_config(config_file, os.environ, {"policy": policy}, only=PLANNING_FIELDS)
-    settings = settings_with(config, namespace, max_evictions)
+    settings = settings_with(config, namespace, budget)
     cache = ClusterCache(config.prefix, (config.mps_compute_oversub_pct, config.ts_memory_oversub_pct))
     evictor = None
     if cluster_file is not None:
@@ -120,10 +159,15 @@ def defrag(
 
         FileBackend(resolve_cluster_file(cluster_file), config.prefix).start(cache.on_change)
     else:
-        from scheduler.kube import Evictor
+        from scheduler.kube import Evictor, KubeConfigError, KubeError
 
         evictor = Evictor.connect(kubeconfig, api_url)
-        evictor.snapshot(cache.on_change)
+        try:
+            evictor.snapshot(cache.on_change)
+        except KubeError as exc:
+            if isinstance(exc, KubeConfigError):
+                raise
+            raise Unreachable(f"cannot reach the cluster: {exc}") from exc
     options = settings.options()
     found, inputs = plan_cluster(cache, config.prefix, config.make_policy(), settings.namespaces, options)
     if json_output:
@@ -142,4 +186,4 @@ def defrag(
         print("(a plan only: --apply evicts)")
 
 
-__all__ = ["apply_plan", "defrag", "settings_with"]
+__all__ = ["apply_plan", "check_options", "defrag", "settings_with"]

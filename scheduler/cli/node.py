@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from . import _options as opt
 from ._app import command
 
 
@@ -19,6 +20,8 @@ def agent(
     dry_run: Annotated[bool, typer.Option(help="Print the inventory the GPUs give, and exit.")] = False,
 ) -> None:
     """The node agent: publish this node's GPUs, make MIG instances, hand each pod its share."""
+    if node:
+        opt.node_name("--node", node)
     from scheduler.agent.main import run_agent
     from scheduler.kube.nodeapi import NodeApi
 

@@ -1,4 +1,4 @@
-"""What a pod was given, and its record in the ``gpuslice.io/allocation`` annotation (DESIGN §3).
+"""What a pod was given, and its record in the ``gpuslice.io/allocation`` annotation.
 
 An :class:`Allocation` carries no pod identity, so the same value can be cached per
 node state and reused for every pod of the same shape.

@@ -110,6 +110,13 @@ def _work_out(gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage) -
         return Refusal(f"GPU {device.index} is not in MIG mode", free_mib)
     memory, compute = gpu.share_on(device)
     if device.mode is SharingMode.EXCLUSIVE and memory <= device.memory_mib and compute <= MILLI:
+        if (memory, compute) != (device.memory_mib, MILLI) and SharingMode.EXCLUSIVE not in gpu.sharing:
+            # Given whole, an exclusive GPU would waste the rest of itself on part of a request:
+            # part of a GPU goes to a shared one, unless the pod accepts a whole GPU instead.
+            return Refusal(
+                f"GPU {device.index} is exclusive: part of a GPU needs a shared GPU, or sharing listing exclusive",
+                free_mib,
+            )
         memory, compute = device.memory_mib, MILLI  # an exclusive GPU is given whole, whatever was asked
     share = DeviceShare(device.uuid, device.index, device.mode, memory, compute)
     problem = refusal(node, device, usage, share) or stray_refusal(node, device, usage, share)

@@ -1,4 +1,4 @@
-"""One parser from a pod's JSON dict to a typed GPU request (DESIGN §3).
+"""One parser from a pod's JSON dict to a typed GPU request.
 
 Forms, under the annotation prefix (default ``gpuslice.io/``):
 

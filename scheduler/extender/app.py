@@ -34,6 +34,7 @@ from .service import Extender
 log = logs.get("http")
 
 JSON = "application/json"
+NOT_READY = "gpuslice is not ready: the cluster state is not synced yet"
 
 
 class BodyTooLarge(wire.WireError):
@@ -175,6 +176,11 @@ def create_app(extender: Extender, mounts: Sequence[Mount] = ()) -> Verbs:
                 body, header = _forbidden_body(scope["path"], scope.get("client"))
                 await _answer(send, 403, body, [(b"x-gpuslice-error", header.encode())])
                 return
+            if not extender.synced:
+                # Before the first sync the cache knows no node: an answer would be a guess.
+                body = on_error(NOT_READY)
+                await _answer(send, 200, body, [(b"x-gpuslice-error", _header(NOT_READY).encode())])
+                return
             started = time.perf_counter()
             headers: list[tuple[bytes, bytes]] = []
             try:
@@ -225,9 +231,9 @@ def create_app(extender: Extender, mounts: Sequence[Mount] = ()) -> Verbs:
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        if extender.backend.ready():
+        if extender.synced and extender.backend.ready():
             return Response(b"ready", media_type="text/plain")
-        return Response(b"not ready: cluster state not synced", status_code=503, media_type="text/plain")
+        return Response(NOT_READY.encode(), status_code=503, media_type="text/plain")
 
     @app.get("/metrics")
     async def prometheus() -> Response:

@@ -5,7 +5,6 @@ its path (``policy.workload[1].gpu-fraction: ...``) in one :class:`ConfigError`.
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import os
 import re
@@ -21,12 +20,15 @@ from scheduler.core.errors import ConfigError
 from scheduler.core.policies import REGISTRY, Policy, make_policy, options_of
 from scheduler.core.request import DEFAULT_PREFIX
 
+from . import config_errors
 from .defaults import DEFAULT_PORT
 
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
 # kube-scheduler calls the extender from its own container in gpuslice's pod: over loopback.
 DEFAULT_TRUSTED_NETWORKS = ("127.0.0.0/8", "::1/128")
 ENV_PREFIX = "GPUSLICE_"
+NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a Kubernetes namespace name (DNS label)
+NAMESPACE_ACCEPTED = "a namespace name (lower-case letters, digits and '-')"
 
 
 def _underscored(value: Any) -> Any:
@@ -50,14 +52,20 @@ def policy_options(name: str, given: Mapping[str, Any]) -> Any:
     """``given`` validated as the options dataclass of policy ``name`` (:class:`OptionErrors`
     naming each bad field by its path, and the accepted fields for an unknown one)."""
     kind = options_of(name)
-    accepted = [f.name for f in dataclasses.fields(kind)]
-    values = _underscored(given)
-    unknown = sorted(set(values) - set(accepted))
+    unknown = config_errors.unknown_options(kind, given)
     if unknown:
-        listed = ", ".join(accepted) or "none"
         raise OptionErrors(
-            [(_alias_path((u,)), f"not an option of policy {name}; accepted: {listed}") for u in unknown]
+            [
+                (
+                    config_errors.dotted(loc),
+                    f"not an option of policy {name}"
+                    + (f" (did you mean {near!r}?)" if near else "")
+                    + f"; accepted: {', '.join(accepted) or 'none'}",
+                )
+                for loc, accepted, near in unknown
+            ]
         )
+    values = _underscored(given)
     try:
         return TypeAdapter(kind).validate_python(values)
     except ValidationError as exc:
@@ -121,8 +129,8 @@ class KubeSettings(BaseModel):
     @field_validator("namespace")
     @classmethod
     def _namespace(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", value):
-            raise ValueError(f"must be a namespace name (lower-case letters, digits and '-'), got {value!r}")
+        if value is not None and not NAMESPACE.fullmatch(value):
+            raise ValueError(f"must be {NAMESPACE_ACCEPTED}, got {value!r}")
         return value
 
     def options(self) -> dict[str, Any]:
@@ -146,8 +154,8 @@ class DefragSettings(BaseModel):
     @classmethod
     def _namespaces(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for name in value:
-            if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):
-                raise ValueError(f"{name!r} is not a namespace name (lower-case letters, digits and '-')")
+            if not NAMESPACE.fullmatch(name):
+                raise ValueError(f"{name!r} is not {NAMESPACE_ACCEPTED}")
         return tuple(dict.fromkeys(value))
 
     def options(self) -> PlanOptions:
@@ -170,6 +178,8 @@ class ServeConfig(BaseModel):
     tls_key: Path | None = None
     max_body_bytes: int = Field(DEFAULT_MAX_BODY, ge=1024, le=1024**3)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # None: text when stderr is a terminal (a person reads it), JSON lines otherwise (a pipeline does)
+    log_format: Literal["text", "json"] | None = None
     # After prioritize, the node ranked first is held for the pod this long (seconds) or until
     # its bind arrives: the pods kube-scheduler filters before that bind see the share taken.
     hold_s: float = Field(2.0, ge=0, le=60, allow_inf_nan=False)
@@ -206,17 +216,45 @@ class ServeConfig(BaseModel):
                 ) from None
         return value
 
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            if not re.fullmatch(
+                r"(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*", value
+            ):
+                raise ValueError(
+                    f"{value!r} is not an address to listen on; accepted: an IP address such as 127.0.0.1, "
+                    "0.0.0.0 or ::, or a host name"
+                ) from None
+        return value
+
     @field_validator("tls_cert", "tls_key")
     @classmethod
-    def _exists(cls, value: Path | None) -> Path | None:
-        if value is not None and not value.is_file():
-            raise ValueError(f"no such file: {value}")
+    def _readable(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            if not value.is_file():
+                raise ValueError(f"no such file: {value}")
+            if not os.access(value, os.R_OK):
+                raise ValueError(f"cannot read {value}: permission denied")
         return value
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServeConfig:
         if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("tls_cert and tls_key go together: give both or neither")
+            raise ValueError("tls_cert and tls_key (--tls-cert, --tls-key) go together: give both or neither")
+        if self.tls_cert is not None and self.tls_key is not None:
+            import ssl
+
+            try:
+                ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(self.tls_cert, self.tls_key)
+            except (ssl.SSLError, OSError) as exc:
+                raise ValueError(
+                    f"tls_cert {self.tls_cert} and tls_key {self.tls_key} cannot serve TLS ({exc}); accepted: a PEM "
+                    "certificate and the PEM private key that matches it"
+                ) from None
         return self
 
     @property
@@ -242,29 +280,14 @@ ENV_FIELDS = {
     "TLS_KEY": "tls_key",
     "MAX_BODY_BYTES": "max_body_bytes",
     "LOG_LEVEL": "log_level",
+    "LOG_FORMAT": "log_format",
 }
-
-
-def _path(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part not in ("function-after", "function-before") and not part.startswith(("function-", "tagged-")):
-            out += ("." if out else "") + part
-    return out or "(config)"
-
-
-def _alias_path(loc: tuple[int | str, ...]) -> str:
-    return _path(
-        tuple(p.replace("_", "-") if isinstance(p, str) and p.startswith(("gpu_", "mig_")) else p for p in loc)
-    )
 
 
 # What planning reads of the service's settings (``gpuslice defrag``): the rest (address, TLS,
 # trusted networks, the Kubernetes backend) is the server's, and is ignored there.
 PLANNING_FIELDS = frozenset(
-    {"policy", "prefix", "mps_compute_oversub_pct", "ts_memory_oversub_pct", "log_level", "defrag"}
+    {"policy", "prefix", "mps_compute_oversub_pct", "ts_memory_oversub_pct", "log_level", "log_format", "defrag"}
 )
 
 
@@ -274,22 +297,25 @@ def load_config(
     flags: Mapping[str, Any] | None = None,
     only: frozenset[str] | None = None,
 ) -> ServeConfig:
-    """Merge the sources and validate; ConfigError lists every bad field by its path.
+    """Merge the sources and validate; ConfigError lists every bad field, each by where it
+    was set (``--port``, ``GPUSLICE_PORT`` or ``FILE: port``), its value and what is accepted.
 
     ``only``: the top-level fields to read from the file and the environment (the others keep
     their defaults): a job that plans reads the service's file without its certificate paths."""
     data: dict[str, Any] = {}
-    origin = ""
+    origins: dict[tuple[str, ...], str] = {}  # path -> where it was set, when not in the file
     if file is not None:
-        origin = f"{file}: "
         try:
             loaded = yaml.safe_load(file.read_text(encoding="utf-8"))
         except OSError as exc:
-            raise ConfigError(f"--config: cannot read {file}: {exc.strerror or exc}") from exc
+            raise ConfigError(f"--config {str(file)!r}: cannot read: {exc.strerror or exc}") from exc
         except yaml.YAMLError as exc:
-            raise ConfigError(f"--config: {file} is not YAML: {exc}") from exc
+            raise ConfigError(f"--config {str(file)!r}: not YAML: {' '.join(str(exc).split())}") from exc
         if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"--config: {file} must hold a mapping of settings")
+            raise ConfigError(
+                f"--config {str(file)!r}: must hold a mapping of settings; accepted keys: "
+                + ", ".join(config_errors.keys(ServeConfig))
+            )
         data = dict(loaded or {})
         if isinstance(data.get("policy"), str):
             data["policy"] = {"name": data["policy"]}
@@ -301,29 +327,50 @@ def load_config(
             continue
         value = environ.get(ENV_PREFIX + suffix)
         if value is not None and value != "":
-            _set(data, name, value)
+            origins[_set(data, name, value)] = ENV_PREFIX + suffix
     for name, value in (flags or {}).items():
         if value is not None:
-            _set(data, name, value)
+            origins[_set(data, name, value)] = "--" + name.replace("_", "-")  # the flag of that name
     try:
         return ServeConfig.model_validate(data)
     except ValidationError as exc:
         lines: list[str] = []
-        for err in exc.errors():
-            where = _alias_path(err["loc"])
+        for err in exc.errors(include_url=False):
+            loc = tuple(err["loc"])
             cause = (err.get("ctx") or {}).get("error")
             if isinstance(cause, OptionErrors):  # a policy's options, each by its own path
-                lines.extend(f"{origin}{where}.{path}: {message}" for path, message in cause.lines)
+                where = _where(loc, origins, file)
+                lines.extend(f"{where}.{path}: {message}" for path, message in cause.lines)
             else:
-                lines.append(f"{origin}{where}: {err['msg']}")
+                lines.append(config_errors.explain(err, ServeConfig, _where(loc, origins, file)))
+        if len(lines) == 1:
+            raise ConfigError(lines[0]) from None
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
-    except ConfigError:
-        raise
 
 
-def _set(data: dict[str, Any], name: str, value: Any) -> None:
+def _alias_path(loc: tuple[int | str, ...]) -> str:
+    """A path as the file writes it: a policy option ``gpu_fraction`` is ``gpu-fraction``."""
+    return config_errors.dotted(
+        tuple(p.replace("_", "-") if isinstance(p, str) and p.startswith(("gpu_", "mig_")) else p for p in loc)
+    )
+
+
+def _where(loc: tuple[int | str, ...], origins: Mapping[tuple[str, ...], str], file: Path | None) -> str:
+    """Where the value at ``loc`` was set: a flag, an environment variable, or the file."""
+    if not loc:
+        return ""
+    found = origins.get(tuple(str(p) for p in loc))
+    if found is not None:
+        return found
+    path = config_errors.dotted(loc)
+    return f"{file}: {path}" if file is not None else path
+
+
+def _set(data: dict[str, Any], name: str, value: Any) -> tuple[str, ...]:
+    """Set the field ``name`` ("policy" sets policy.name); the path set."""
     if name == "policy":
         policy = data.get("policy")
         data["policy"] = dict(policy, name=value) if isinstance(policy, dict) else {"name": value}
-    else:
-        data[name] = value
+        return ("policy", "name")
+    data[name] = value
+    return (name,)

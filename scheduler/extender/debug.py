@@ -128,34 +128,6 @@ def _used(measured: Measured | None, pod: str, index: int) -> dict[str, Any]:
     return {"usedMiB": found.used_memory_mib, "usedComputeMilli": found.used_compute_milli, "overrun": found.overrun}
 
 
-def holder_text(pod: Mapping[str, Any], share: Mapping[str, Any]) -> str:
-    """A share's holder as ``gpuslice inspect`` lists it: the pod, and where the node agent
-    measures it, used next to allocated (``team-a/x used 3072/8192 MiB, 41 percent``)."""
-    text = str(pod["pod"]) + (" (binding)" if pod.get("inFlight") else "")
-    used = share.get("usedMiB")
-    if used is None:
-        return text
-    text += f" used {used}/{share['memoryMiB']} MiB"
-    if share.get("usedComputeMilli") is not None:
-        text += f", {share['usedComputeMilli'] / 10:g}/{share['computeMilli'] / 10:g} percent"
-    return text + (" OVERRUN" if share.get("overrun") else "")
-
-
-def stray_lines(node: Mapping[str, Any]) -> list[str]:
-    """One line per stray process the node agent reported (and one for the usage annotation's
-    problem, if it has one), for ``gpuslice inspect``."""
-    measured = node.get("measured") or {}
-    if measured.get("problem"):
-        return [f"measured use unreadable: {measured['problem']}"]
-    lines = [
-        f"stray: GPU {s['index']} PID {s['pid']} holds {s['memoryMiB']} MiB: {s['why']}"
-        for s in measured.get("stray", [])
-    ]
-    if measured.get("strayOmitted"):
-        lines.append(f"stray: {measured['strayOmitted']} more processes not listed")
-    return lines
-
-
 def _camel(row: Mapping[str, Any]) -> dict[str, Any]:
     out = {}
     for key, value in row.items():

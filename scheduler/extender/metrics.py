@@ -23,7 +23,11 @@ def reason_class(reason: str) -> str:
 
 
 class Metrics:
-    def __init__(self, devices: Callable[[], Iterable[tuple[str, DeviceRow]]] | None = None) -> None:
+    def __init__(
+        self,
+        devices: Callable[[], Iterable[tuple[str, DeviceRow]]] | None = None,
+        invalid: Callable[[], Mapping[str, str]] | None = None,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.latency = Histogram(
             "gpuslice_extender_request_seconds",
@@ -42,6 +46,8 @@ class Metrics:
         self._classes: dict[str, str] = {}
         if devices is not None:
             self.registry.register(_DeviceCollector(devices))
+        if invalid is not None:
+            self.registry.register(_InvalidNodes(invalid))
 
     def reject(self, reasons: Iterable[str]) -> None:
         self.reject_counts(Tally(reasons))
@@ -100,3 +106,22 @@ class _DeviceCollector(Collector):
         yield memory
         yield compute
         yield unhealthy
+
+
+class _InvalidNodes(Collector):
+    """``gpuslice_node_inventory_invalid{node}`` = 1 for each node whose GPU inventory cannot be
+    read (no pods are placed there until it is fixed); the reason is in the log, the Node's
+    events and ``/debug/nodes``."""
+
+    def __init__(self, invalid: Callable[[], Mapping[str, str]]) -> None:
+        self._invalid = invalid
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        gauge = GaugeMetricFamily(
+            "gpuslice_node_inventory_invalid",
+            "1 for each node gpuslice does not serve because its GPU inventory is invalid.",
+            labels=["node"],
+        )
+        for node in sorted(self._invalid()):
+            gauge.add_metric([node], 1.0)
+        yield gauge

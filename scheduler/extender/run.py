@@ -1,6 +1,10 @@
-"""Running the service (``gpuslice serve``) once its configuration and backend are built,
-and asking it (``gpuslice inspect``). Plain functions: the composition root
-(``scheduler.cli``) parses the command line, builds the backend and calls them.
+"""Running the service (``gpuslice serve``) once its configuration and backend are built:
+the composition root (``scheduler.cli``) parses the command line, builds the backend and
+runs a :class:`Service`.
+
+The port opens first and the backend syncs behind it: ``/readyz`` answers 503 and the
+verbs answer "not ready" until the first full list of nodes and pods is in, then 200. A
+first sync that fails stops the service with the reason (:class:`SyncError`).
 """
 
 from __future__ import annotations
@@ -13,18 +17,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-
 from scheduler import logs
 from scheduler.backend import Backend
+from scheduler.core.errors import GpusliceError
 
 from .app import Mount
 from .config import ServeConfig
-from .debug import holder_text, stray_lines
 from .server import Server
 from .service import Extender
+
+log = logs.get("serve")
+
+
+class SyncError(GpusliceError):
+    """The backend's first full sync failed; raised from the backend's own error."""
+
+    exit_code = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,30 +44,67 @@ class DemoPlan:
     exit_after: bool
 
 
-def start(config: ServeConfig, backend: Backend) -> Extender:
-    """The extender over ``backend``, with the first full sync done.
+class Service:
+    """The service: its port is listening from construction on (a port in use is a
+    :class:`~scheduler.extender.server.ListenError` here), and the backend syncs once
+    :meth:`run` starts. ``source`` says where the cluster state comes from, for the log."""
 
-    Raises what the backend raises when it cannot sync (a :class:`GpusliceError` or an
-    ``OSError``): the caller says why the cluster is not reachable.
-    """
-    extender = Extender(config, backend)
-    extender.start()
-    return extender
+    def __init__(
+        self,
+        config: ServeConfig,
+        backend: Backend,
+        source: str,
+        mounts: Sequence[Mount] = (),
+        demo: DemoPlan | None = None,
+    ) -> None:
+        self.server = Server(Extender(config, backend), mounts).listen()
+        self.source = source
+        self.demo = demo
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def run(self) -> int:
+        """Sync behind the open port and serve HTTP until :meth:`stop` (or a signal; or, with
+        ``demo.exit_after``, the demo's end); the exit status. :class:`SyncError` if the first
+        sync fails."""
+        server, backend = self.server, self.server.extender.backend
+        for target, args in (
+            (_sync, (server, self.source)),
+            (_freeze_when_synced, (backend,)),
+            (_announce, (server, self.demo)),
+        ):
+            threading.Thread(target=target, args=args, name=f"gpuslice-{target.__name__[1:]}", daemon=True).start()
+        try:
+            server.run()
+        finally:
+            server.extender.stop()
+        if server.sync_error is not None:
+            raise SyncError(f"first sync with {self.source} failed: {server.sync_error}") from server.sync_error
+        demo = self.demo
+        return 1 if demo is not None and demo.exit_after and server.demo_failed else 0
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return (from any thread)."""
+        self.server.stop_soon()
 
 
-def serve(extender: Extender, source: str, mounts: Sequence[Mount] = (), demo: DemoPlan | None = None) -> int:
-    """Serve HTTP until stopped (or, with ``demo.exit_after``, once the demo is done); the exit status.
-
-    ``source`` says where the cluster state comes from, for the first log line.
-    """
-    server = Server(extender, mounts)
-    threading.Thread(target=_freeze_when_synced, args=(extender.backend,), name="gc-freeze", daemon=True).start()
-    threading.Thread(target=_announce, args=(server, source, demo), daemon=True).start()
+def _sync(server: Server, source: str) -> None:
+    """The backend's first full sync; on failure, stop the server with the reason."""
+    extender = server.extender
     try:
-        server.run()
-    finally:
-        extender.stop()
-    return 1 if demo is not None and demo.exit_after and server.demo_failed else 0
+        extender.start()
+    except Exception as exc:  # whatever it is, the process must stop and say why
+        log.error("first sync failed", extra={"backend": source, "reason": str(exc)})
+        server.sync_error = exc
+        server.stop_soon()
+        return
+    unusable = extender.cache.unusable()
+    log.info(
+        "ready",
+        extra={"backend": source, "nodes": len(extender.cache.nodes), "invalid": sorted(unusable) or None},
+    )
 
 
 # The cyclic collector's thresholds while serving (CPython's default: 700, 10, 10).
@@ -89,24 +134,29 @@ def _freeze_when_synced(backend: Backend) -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def _announce(server: Server, source: str, demo: DemoPlan | None) -> None:
-    """Once listening: say where and how to try it; then play the demo if asked."""
+def _announce(server: Server, demo: DemoPlan | None) -> None:
+    """Once listening: say where and how to try it; once synced, play the demo if asked."""
     while not server.started:
         time.sleep(0.02)
     url = server.url
     config = server.extender.config
-    logs.get("serve").info(
+    log.info(
         "listening",
         extra={
             "url": url,
             "verbs": [f"{config.url_prefix}/{v}" for v in ("filter", "prioritize", "bind", "preempt")],
             "policy": config.policy.name,
-            "backend": source,
             "try": f"curl {url}/debug/nodes  |  gpuslice inspect --url {url}",
         },
     )
-    if demo is not None:
-        _run_demo(server, demo)
+    if demo is None:
+        return
+    backend = server.extender.backend
+    while not backend.ready():
+        if server.sync_error is not None:
+            return
+        time.sleep(0.02)
+    _run_demo(server, demo)
 
 
 def _run_demo(server: Server, demo: DemoPlan) -> None:
@@ -116,9 +166,10 @@ def _run_demo(server: Server, demo: DemoPlan) -> None:
     config = server.extender.config
     client = ExtenderClient(server.url, config.url_prefix)
     try:
-        outcomes = play(client, demo.pods, demo.nodes, config.prefix)
-        show(outcomes, Console(file=sys.stdout))
-        print(f"inspect the result:  gpuslice inspect --url {server.url}", flush=True)
+        outcomes = play(client, demo.pods, demo.nodes)
+        print(show(outcomes, config.policy.name), flush=True)
+        if not demo.exit_after:
+            print(f"\ninspect the result:  gpuslice inspect --url {server.url}", flush=True)
     except Exception as exc:  # the demo must not take the service down
         print(f"demo failed: {exc}", file=sys.stderr)
         server.demo_failed = True
@@ -126,77 +177,3 @@ def _run_demo(server: Server, demo: DemoPlan) -> None:
         client.close()
         if demo.exit_after:
             server.stop_soon()
-
-
-def inspect(url: str, node: str | None = None, json_output: bool = False) -> None:
-    """Print each node's GPUs, their shares and free capacity, as the service at ``url`` sees
-    them; :class:`~scheduler.extender.client.ServiceError` if it cannot be asked."""
-    from .client import ExtenderClient
-
-    client = ExtenderClient(url)
-    try:
-        data = client.get(f"/debug/nodes/{node}") if node else client.get("/debug/nodes")
-    finally:
-        client.close()
-    nodes = [data] if node else data["nodes"]
-    if json_output:
-        import json
-
-        print(json.dumps(nodes if not node else data, indent=2))
-        return
-    render(nodes, Console(file=sys.stdout))
-
-
-def render(nodes: list[dict[str, Any]], console: Console) -> None:
-    table = Table(title="gpuslice: GPUs, shares and free capacity")
-    for column in (
-        "node",
-        "GPU",
-        "model",
-        "mode",
-        "memory allocated/total MiB",
-        "free MiB",
-        "compute allocated/free %",
-        "detail",
-        "pods",
-    ):
-        table.add_column(column, overflow="fold")
-    for n in nodes:
-        if not n.get("usable"):
-            table.add_row(n["name"], "-", "-", "-", "-", "-", "-", f"[red]unusable: {n.get('problem')}[/red]", "")
-            continue
-        holders: dict[int, list[str]] = {}
-        for pod in n.get("pods", []):
-            for share in pod["shares"]:
-                holders.setdefault(share["index"], []).append(holder_text(pod, share))
-        devices = n.get("devices", [])
-        if not devices:
-            cpu = n.get("cpuMilli", {})
-            table.add_row(
-                n["name"],
-                "-",
-                "-",
-                "-",
-                "-",
-                "-",
-                "-",
-                f"no GPUs; cpu {cpu.get('allocated', 0)}/{cpu.get('allocatable', 0)}m",
-                "",
-            )
-        for i, d in enumerate(devices):
-            table.add_row(
-                n["name"] if i == 0 else "",
-                str(d["index"]),
-                d["model"],
-                d["mode"],
-                f"{d['memoryAllocatedMiB']}/{d['memoryMiB']}",
-                str(d["memoryFreeMiB"]),
-                f"{d['computeAllocatedMilli'] / 10:g}/{d['computeFreeMilli'] / 10:g}",
-                d["detail"],
-                ", ".join(holders.get(d["index"], [])),
-            )
-        for line in stray_lines(n):
-            table.add_row("", "", "", "", "", "", "", f"[yellow]{escape(line)}[/yellow]", "")
-        for pod, reason in (n.get("recordErrors") or {}).items():
-            table.add_row("", "", "", "", "", "", "", f"[red]record of {pod} rejected: {reason}[/red]", "")
-    console.print(table)

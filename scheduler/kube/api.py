@@ -1,8 +1,9 @@
 """The one module that calls the ``kubernetes`` client: every API call gpuslice makes, as plain JSON.
 
-Objects never go through the client's models (pydantic with ``extra='forbid'``, DESIGN §6):
-every call uses ``_preload_content=False`` and the body is parsed with ``json.loads``, so
-fields newer than the client stay ordinary dict entries. Every client or transport
+Objects never go through the client's generated models (they drop fields newer than the
+client, and reading a Binding's answer into one raises): every call uses
+``_preload_content=False`` and the body is parsed with ``json.loads``, so fields newer than
+the client stay ordinary dict entries. Every client or transport
 exception is wrapped into :mod:`scheduler.kube.errors`, raised ``from`` the cause.
 
 :data:`API_CALLS` lists each call as ``(verb, apiGroup, resource)``, the rules the
@@ -33,6 +34,7 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("get", "", "pods"),
         ("patch", "", "pods"),
         ("create", "", "pods/binding"),
+        ("create", "", "events"),
         ("get", "", "configmaps"),
         ("list", "", "configmaps"),
         ("create", "", "configmaps"),
@@ -296,7 +298,8 @@ class KubeApi:
         )
 
     def bind_pod(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
-        # _preload_content=False (in _raw): the client raises on a successful bind otherwise (DESIGN §6).
+        # _preload_content=False (in _raw): reading the answer into the client's model raises on a
+        # successful bind (its V1Binding requires a target the answer does not carry).
         self._json("create", "pods/binding", self._core.create_namespaced_pod_binding, name, namespace, dict(body))
 
     def evict_pod(self, namespace: str, name: str, uid: str = "", dry_run: bool = False) -> None:

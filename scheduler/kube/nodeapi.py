@@ -12,15 +12,15 @@ from __future__ import annotations
 import contextlib
 import random
 import threading
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from scheduler.backend import Change, Kind
 
 from .api import AGENT_API_CALLS, KubeApi
-from .clock import SYSTEM_CLOCK, Clock, rfc3339
+from .clock import SYSTEM_CLOCK, Clock
 from .errors import KubeError
+from .events import NODE_EVENTS_NAMESPACE, event
 from .options import KubeOptions
 from .reflector import Reflector
 
@@ -86,27 +86,15 @@ class NodeApi:
 
     def event(self, about: Any, kind: str, reason: str, message: str) -> None:
         """``about`` has kind, name, namespace and uid (scheduler.agent.cluster.ObjectRef)."""
-        now = rfc3339(self._clock.now())
-        namespace = about.namespace or "default"
-        body = {
-            "metadata": {"name": f"{about.name}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": about.kind,
-                "name": about.name,
-                **({"namespace": about.namespace} if about.namespace else {}),
-                **({"uid": about.uid} if about.uid else {}),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": kind,
-            "source": {"component": COMPONENT, "host": self.node},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": self.node,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
+        namespace = about.namespace or NODE_EVENTS_NAMESPACE
+        involved = {
+            "apiVersion": "v1",
+            "kind": about.kind,
+            "name": about.name,
+            **({"namespace": about.namespace} if about.namespace else {}),
+            **({"uid": about.uid} if about.uid else {}),
         }
+        body = event(involved, namespace, kind, reason, message, self._clock.now(), COMPONENT, self.node)
         with contextlib.suppress(KubeError):  # an Event is best effort: the agent's log says the same
             self._api.create_event(namespace, body)
 

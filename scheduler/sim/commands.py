@@ -25,6 +25,7 @@ from .report import Report, write_csv
 from .runner import RunSpec, default_workers, run_all
 
 PAPER_POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")
+MAX_SEEDS = 1000  # runs are traces x policies x seeds: a typo such as 1-100000 would never end
 
 
 def _console() -> Console:
@@ -34,7 +35,8 @@ def _console() -> Console:
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``42``, ``42,43,47`` or ``42-51`` (inclusive)."""
+    """``42``, ``42,43,47`` or ``42-51`` (inclusive), at most :data:`MAX_SEEDS` of them."""
+    accepted = f"a seed (42), a list (42,43) or a range (42-51), at most {MAX_SEEDS} seeds"
     seeds: list[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -42,14 +44,17 @@ def parse_seeds(text: str) -> list[int]:
             if "-" in part.lstrip("-"):
                 low, high = part.split("-", 1)
                 a, b = int(low), int(high)
-                if b < a:
+                if b < a or b - a >= MAX_SEEDS:
                     raise ValueError
                 seeds.extend(range(a, b + 1))
             else:
                 seeds.append(int(part))
         except ValueError:
-            raise UsageError(f"--seeds {text!r}: accepted: a seed (42), a list (42,43) or a range (42-51)") from None
-    return list(dict.fromkeys(seeds))
+            raise UsageError(f"--seeds {text!r}: accepted: {accepted}") from None
+    seeds = list(dict.fromkeys(seeds))
+    if len(seeds) > MAX_SEEDS:
+        raise UsageError(f"--seeds {text!r}: accepted: {accepted}")
+    return seeds
 
 
 def parse_policies(values: Sequence[str] | None) -> list[str]:
@@ -62,6 +67,8 @@ def parse_policies(values: Sequence[str] | None) -> list[str]:
             if name not in REGISTRY:
                 raise UsageError(f"--policy {name!r}: accepted: {', '.join(sorted(REGISTRY))}")
             names.append(name)
+    if not names:
+        raise UsageError(f"--policy {','.join(values or [])!r}: accepted: one or more of {', '.join(sorted(REGISTRY))}")
     return list(dict.fromkeys(names))
 
 
@@ -69,12 +76,9 @@ DEFRAG_ARMS = "off (the plain replay), wait (budget 0: pods wait for the planner
 
 
 def parse_arms(text: str, every_min: float, min_fall_milli: float) -> list[DefragSpec | None]:
-    """``off,0,4``: the defragmentation arms to run (None: the plain replay)."""
+    """``off,wait,4``: the defragmentation arms to run (None: the plain replay), each planner run
+    ``every_min`` minutes apart (the caller checked both numbers)."""
     arms: list[DefragSpec | None] = []
-    if not every_min > 0:
-        raise UsageError(f"--defrag-every {every_min}: accepted: minutes of simulated time, more than 0")
-    if not min_fall_milli >= 0:
-        raise UsageError(f"--defrag-min-fall {min_fall_milli}: accepted: milli-GPU, 0 or more")
     for part in text.split(","):
         word = part.strip().lower()
         if word == "off":
@@ -117,20 +121,23 @@ def simulate(
 ) -> None:
     """``gpuslice simulate``: replay ``traces`` (none: the embedded scenario) through the packing
     core, print the comparison and write it to ``out``. With ``defrag_budget`` (arms such as
-    ``off,0,4``, timed replays only) each run is repeated per arm and the defragmentation table
-    (:mod:`.defragtable`) is printed and written instead. :class:`UsageError` for a rejected option."""
+    ``off,wait,4``, timed replays only) each run is repeated per arm and the defragmentation table
+    (:mod:`.defragtable`) is printed and written instead. :class:`UsageError` for a rejected option.
+
+    The caller has checked the numbers and ``out`` (the composition root does, from the
+    command line's text); this checks what needs the simulator: seeds, policies, replay
+    modes, the defragmentation arms, and which inputs an option applies to.
+    """
     console = _console()
     seed_list = parse_seeds(seeds)
     policies = parse_policies(policy)
     if replay is not None and replay not in REPLAY_MODES:
         raise UsageError(f"--replay {replay!r}: accepted: {', '.join(REPLAY_MODES)}")
-    if workers is not None and workers < 1:
-        raise UsageError(f"--workers {workers}: accepted: 1 or more")
-    if inflate is not None and inflate < 0:
-        raise UsageError(f"--inflate {inflate}: accepted: 0 (as given) or a positive ratio such as 1.3")
+    arms = None if defrag_budget is None else parse_arms(defrag_budget, defrag_every_min, defrag_min_fall_milli)
     loaded = load_traces(traces, nodes)
-    if defrag_budget is not None:
-        arms = parse_arms(defrag_budget, defrag_every_min, defrag_min_fall_milli)
+    if with_bound and all((replay or t.replay) != ARRIVALS for t in loaded):
+        raise UsageError("--bound: the LP bound covers arrivals only, and every input here replays timed")
+    if arms is not None:
         for t in loaded:
             if (replay or t.replay) != TIMED:
                 raise UsageError(
@@ -164,6 +171,8 @@ def simulate(
                 bounds[(t.name, s)] = bound(t, s, 100, inflate, shuffle).bound_pct
     report = Report([RunRecord.of(r) for r in results], ref, bounds)
     report.print(console)
+    for note in report.notes():
+        console.print(f"note: {note}", highlight=False)
     if out is not None:
         for path in report.write(out):
             console.print(f"wrote {path}")
@@ -182,6 +191,9 @@ def bound_table(
     console = _console()
     seed_list = parse_seeds(seeds)
     loaded = load_traces(traces, nodes)
+    timed = [t.name for t in loaded if t.replay != ARRIVALS]
+    if timed:
+        raise UsageError(f"{', '.join(timed)}: replays timed; the LP bound covers arrivals-only replays")
     results: list[Bound] = [bound(t, s, at, inflate, shuffle) for t in loaded for s in seed_list]
     table = Table(title=f"Upper bound on allocated GPU at arrived = {at}% (LP relaxation, HiGHS)")
     for column in ("trace", "seed", "pods", "requested %", "bound %", "bound unallocated %"):
@@ -231,10 +243,10 @@ def sweep(
     from .sweeper import run_sweep
 
     console = _console()
+    chosen = parse_executor(executor)  # before the file is read: a bad option costs nothing
     described = load_sweep(file, data, out, reference)
     if described.out is None:
         raise UsageError(f"--out: {file.name} names no results folder (give --out DIR or an out: key)")
-    chosen = parse_executor(executor)
     summary = run_sweep(described, chosen, described.out, Console(stderr=True), show_progress=not quiet)
     _report(described.out, reference, console)
     failed = len(summary.failed)

@@ -16,10 +16,10 @@ draws its progress bars in one place whatever the executor.
   pure Python, two threads would share one core's GIL.
 
 A Dask worker runs run after run in one process, where the local executor gives each run a
-fresh one. The core's memo tables are caches of pure functions of immutable states (bounded in
-size), so they change how fast a run goes, never its result: the tests compare a Dask store with
-a local one, and the paper grid's runs on Dask match, seed by seed, the runs recorded with one
-process per run.
+fresh one. The core's tables (fit's, the fragmentation measure's) are caches of pure functions
+of immutable states (bounded in size), so they change how fast a run goes, never its result:
+the tests compare a Dask store with a local one, and the paper grid's runs on Dask match,
+seed by seed, the runs recorded with one process per run.
 
 ``distributed`` is imported by the Dask executor only, so local sweeps never load it.
 

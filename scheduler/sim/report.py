@@ -166,6 +166,24 @@ class Report:
     def print(self, console: Console) -> None:
         console.print(self.table())
 
+    def notes(self) -> list[str]:
+        """Why a trace's row is empty, and what to pass: its pods ask for less GPU than the
+        cluster has, so arrivals never reach the point the table reads (a kubectl snapshot
+        with a few pending pods, typically)."""
+        out = []
+        for trace in dict.fromkeys(r.trace for r in self.records):
+            members = [c for r, c in zip(self.records, self.curves, strict=True) if r.trace == trace]
+            if not all(math.isnan(c.at(HEADLINE)[0]) for c in members):
+                continue
+            reached = max((int(c.arrived_pct.max()) for c in members if c.arrived_pct.size), default=0)
+            out.append(
+                f"{trace}: its pods ask for {reached}% of the cluster's GPU capacity, so arrivals never reach the "
+                f"{HEADLINE}% the table reads at ('–'). To compare policies on a full cluster, grow the workload "
+                "from these pods' shapes: --inflate 1.3 (with --replay arrivals for a timed input); or write "
+                f"the curves up to {reached}% with --out DIR (curves.csv)."
+            )
+        return out
+
 
 def _cell(value: object, sd: object = None, signed: bool = False, digits: int = 2) -> str:
     v = _float(value)

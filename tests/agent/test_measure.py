@@ -488,11 +488,7 @@ def test_the_usage_annotation_is_written_only_on_change_and_at_most_every_publis
 def test_inspect_shows_used_next_to_allocated_and_a_line_per_stray_process(
     tmp_path: Path, cluster: Cluster, gpus: FakeGpus, proc: FakeProc, clock: FakeClock
 ) -> None:
-    import io
-
-    from rich.console import Console
-
-    from scheduler.extender.run import render
+    from scheduler.extender.inspection import render
 
     agent = agent_of(tmp_path, gpus, cluster, clock)
     running(cluster, "train", namespace="team-a", gpu_memory="8Gi", sharing="time-slicing")
@@ -502,9 +498,7 @@ def test_inspect_shows_used_next_to_allocated_and_a_line_per_stray_process(
     gpus.add_process(1, 4242, 8000)
     proc.host_process(4242, "python3")
     agent.tick()
-    out = io.StringIO()
-    render(cluster.extender.describe(), Console(file=out, width=400))
-    text = out.getvalue()
+    text = render(cluster.extender.describe(), "wide")
     # 8 GiB on an L4 (23034 MiB): compute in proportion, ceil(8192 x 1000 / 23034) = 356 milli = 35.6 percent
     assert "team-a/train used 3008/8192 MiB, 40/35.6 percent" in text
     assert "team-a/quiet used 0/2048 MiB, 0/8.9 percent" in text
@@ -516,10 +510,9 @@ def test_inspect_shows_used_next_to_allocated_and_a_line_per_stray_process(
         for pod in node["pods"]:
             for share in pod["shares"]:
                 share.pop("usedMiB", None)
-    out = io.StringIO()
-    render(bare, Console(file=out, width=400))
-    assert "team-a/quiet, team-a/train" in out.getvalue()
-    assert "train used" not in out.getvalue() and "stray:" not in out.getvalue()
+    text = render(bare, "wide")
+    assert "team-a/quiet, team-a/train" in text
+    assert "train used" not in text and "stray:" not in text
 
 
 def test_an_unreadable_usage_annotation_is_shown_and_changes_nothing_else(

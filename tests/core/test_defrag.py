@@ -5,9 +5,12 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.core import Demand, Node, NodeState, fit
 from scheduler.core.defrag import Mover, Plan, PlanOptions, Waiting, plan
+from scheduler.core.fit import fit
 from scheduler.core.fragmentation import DEFAULT_WORKLOAD, Fragmentation, TypicalWorkload
+from scheduler.core.inventory import Node
+from scheduler.core.request import Demand
+from scheduler.core.state import NodeState
 from tests.builders import make_policy_for, make_state
 from tests.core.test_preempt import crowded, demands, mig, mig_share, place, share, whole
 
@@ -147,6 +150,21 @@ def replay(states: list[NodeState], got: Plan) -> dict[str, NodeState]:
     return cluster
 
 
+def fill(
+    draw: st.DrawFn, state: NodeState, shapes: st.SearchStrategy[Demand], pods: int, demands_of: dict[str, Demand]
+) -> NodeState:
+    """``state`` with up to ``pods`` pods of ``shapes`` placed where fit allows (those that fit),
+    each recorded in ``demands_of`` under ``<node>-p<i>``."""
+    for i in range(pods):
+        demand = draw(shapes)
+        found = fit(demand, state)
+        if found:
+            key = f"{state.node.name}-p{i}"
+            state = state.apply(key, draw(st.sampled_from(found.allocations)))
+            demands_of[key] = demand
+    return state
+
+
 @st.composite
 def clusters(draw: st.DrawFn) -> tuple[list[NodeState], list[Waiting], list[Mover], int]:
     states = []
@@ -156,14 +174,8 @@ def clusters(draw: st.DrawFn) -> tuple[list[NodeState], list[Waiting], list[Move
         state = NodeState.empty(
             Node(f"n{n}", node.cpu_milli, node.memory_mib, node.devices, node.max_pods, node.nvlink)
         )
-        for i in range(draw(st.integers(0, 8))):
-            demand = draw(demands() | st.sampled_from([share(250), whole(), mig("1g.10gb")]))
-            found = fit(demand, state)
-            if found:
-                key = f"n{n}-p{i}"
-                state = state.apply(key, draw(st.sampled_from(found.allocations)))
-                demands_of[key] = demand
-        states.append(state)
+        shapes = demands() | st.sampled_from([share(250), whole(), mig("1g.10gb")])
+        states.append(fill(draw, state, shapes, draw(st.integers(0, 8)), demands_of))
     keys = sorted(demands_of)
     movable = draw(st.lists(st.sampled_from(keys), unique=True)) if keys else []
     movers = [Mover(k, demands_of[k], draw(st.integers(0, 3))) for k in movable]
@@ -187,14 +199,7 @@ def fragmented(draw: st.DrawFn) -> tuple[list[NodeState], list[Waiting], list[Mo
     demands_of: dict[str, Demand] = {}
     for n in range(draw(st.integers(1, 3))):
         state = make_state(name=f"n{n}", gpus=draw(st.integers(1, 2)), mode=mode, device_options=options)
-        for i in range(draw(st.integers(1, 8))):
-            demand = draw(st.sampled_from(small))
-            found = fit(demand, state)
-            if found:
-                key = f"n{n}-p{i}"
-                state = state.apply(key, draw(st.sampled_from(found.allocations)))
-                demands_of[key] = demand
-        states.append(state)
+        states.append(fill(draw, state, st.sampled_from(small), draw(st.integers(1, 8)), demands_of))
     keys = sorted(demands_of)
     movable = keys if draw(st.booleans()) else draw(st.lists(st.sampled_from(keys), unique=True))
     movers = [Mover(k, demands_of[k], draw(st.integers(0, 3))) for k in movable]

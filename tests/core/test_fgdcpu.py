@@ -6,9 +6,11 @@ import math
 
 import pytest
 
-from scheduler.core import Demand, GpuKind, GpuRequest, NodeState, TypicalWorkload, rank
-from scheduler.core.fragmentation import OnlineWorkload, Shape, workload_of
+from scheduler.core.fragmentation import OnlineWorkload, Shape, TypicalWorkload, workload_of
 from scheduler.core.policies.fgdcpu import FgdCpu, FgdCpuOptions, gpu_per_cpu
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.select import rank
+from scheduler.core.state import NodeState
 from tests.builders import make_policy_for, make_state
 
 WHOLE_12_CORES = Demand(12_000, 0, GpuRequest(GpuKind.WHOLE, 1))
@@ -129,7 +131,7 @@ def test_online_workload_refuses_a_schedule_that_never_moves(first: int, growth:
 
 def test_simulator_does_not_hand_fgd_cpu_the_whole_trace_workload() -> None:
     # FGD is given the trace's typical pods (the paper's protocol); fgd-cpu must learn its own.
-    from scheduler.core import DEFAULT_WORKLOAD
+    from scheduler.core.fragmentation import DEFAULT_WORKLOAD
     from scheduler.sim.engine import build_policy
 
     trace_wide = TypicalWorkload(((Demand(4_000, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=470)), 1.0),))

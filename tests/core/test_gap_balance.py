@@ -7,11 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.core import Board, Demand, GpuKind, GpuRequest, NodeState, fit, rank
+from scheduler.core.board import Board
 from scheduler.core.capacity import GAP_LEVELS
+from scheduler.core.fit import fit
 from scheduler.core.fragmentation import Shape
 from scheduler.core.policies.fgdcpu import FgdCpu, FgdCpuOptions
-from scheduler.core.select import Gaps, score_node
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.select import Gaps, rank, score_node
+from scheduler.core.state import NodeState
 from tests.builders import make_state
 
 WHOLE = Demand(0, 0, GpuRequest(GpuKind.WHOLE, 1))

@@ -10,11 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.core import CATALOG, Device, InventoryError, MigInstance, Node, SharingMode
 from scheduler.core import mig as migs
 from scheduler.core.allocation import MigSlot
-from scheduler.core.catalog import GpuModel
+from scheduler.core.catalog import CATALOG, GpuModel
+from scheduler.core.errors import InventoryError
 from scheduler.core.fit import fit
+from scheduler.core.inventory import Device, MigInstance, Node, SharingMode
 from scheduler.core.k8s import DEVICE_KEYS, INVENTORY_KEYS, inventory_annotation, parse_node
 from scheduler.core.request import parse_pod
 from scheduler.core.state import NodeState
@@ -104,8 +105,8 @@ def nodes(draw: st.DrawFn) -> Node:
 def test_parse_of_the_serialised_inventory_is_the_node(node: Node) -> None:
     assert reparse(node) == node
     body = json.loads(inventory_annotation(node))
-    assert set(body) <= INVENTORY_KEYS  # only keys the parser reads
-    assert all(set(d) <= DEVICE_KEYS for d in body["devices"])
+    assert set(body) <= set(INVENTORY_KEYS)  # only keys the parser reads
+    assert all(set(d) <= set(DEVICE_KEYS) for d in body["devices"])
 
 
 def test_an_unhealthy_gpu_gets_nothing_new_and_says_why() -> None:
@@ -162,7 +163,10 @@ def test_a_slot_made_by_hand_is_taken_on_a_dynamic_gpu() -> None:
     [
         ({"healthy": "no"}, "healthy must be true or false"),
         ({"healthy": True, "unhealthyReason": "x"}, "only beside healthy: false"),
-        ({"mode": "mig", "migTaken": {"profile": "1g.10gb"}}, "migTaken must be a list"),
+        (
+            {"mode": "mig", "migTaken": {"profile": "1g.10gb"}},
+            "key 'migTaken' must be a list of {profile, start, uuid}",
+        ),
         (
             {
                 "mode": "mig",
@@ -247,5 +251,5 @@ def test_stray_memory_on_a_mig_gpu_does_not_take_free_slots() -> None:
 
 def test_a_bad_stray_figure_is_named() -> None:
     raw = [{"index": 0, "uuid": "GPU-a", "model": "L4", "mode": "mps", "strayMemoryMiB": -1}]
-    with pytest.raises(InventoryError, match="'strayMemoryMiB' must be an integer >= 0, got -1"):
+    with pytest.raises(InventoryError, match="key 'strayMemoryMiB' must be a whole number >= 0, got -1"):
         parse_node({"metadata": {"name": "gpu-1", "annotations": {"gpuslice.io/inventory": json.dumps(raw)}}})

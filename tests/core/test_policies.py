@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core import (
-    Demand,
-    GpuKind,
-    GpuRequest,
-    NodeState,
-    TypicalWorkload,
-    evaluate,
-    fit,
-    make_policy,
-    rank,
-)
 from scheduler.core.board import Board
-from scheduler.core.policies import REGISTRY
+from scheduler.core.fit import fit
+from scheduler.core.fragmentation import TypicalWorkload
+from scheduler.core.policies import REGISTRY, make_policy
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.select import evaluate, rank
+from scheduler.core.state import NodeState
 from tests.builders import make_policy_for, make_state
 
 

@@ -7,10 +7,13 @@ from itertools import combinations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.core import Allocation, Demand, DeviceShare, GpuKind, GpuRequest, Node, NodeState, SharingMode, fit
-from scheduler.core.allocation import MigSlot
+from scheduler.core.allocation import Allocation, DeviceShare, MigSlot
 from scheduler.core.catalog import ProfileSpec
+from scheduler.core.fit import fit
+from scheduler.core.inventory import Node, SharingMode
 from scheduler.core.preempt import Candidate, Preemption, choose_victims
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.state import NodeState
 from tests.builders import make_device, make_state
 from tests.core.test_properties import demands, nodes
 

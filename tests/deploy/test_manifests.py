@@ -422,13 +422,12 @@ def test_the_containers_read_the_config_they_are_given() -> None:
     assert volumes["config"]["configMap"]["name"] == "gpuslice-config"
 
 
-def test_the_gpuslice_config_is_valid_for_serve(tmp_path: Path) -> None:
+def test_the_gpuslice_config_is_valid_for_serve(certificate: Path) -> None:
     from scheduler.extender.config import ServeConfig
 
     config = gpuslice_configuration()
-    for field in ("tls_cert", "tls_key"):  # the Secret's files exist only in the pod
-        (tmp_path / field).write_text("PEM")
-        config[field] = str(tmp_path / field)
+    for field in ("tls_cert", "tls_key"):  # the Secret's files exist only in the pod: a pair made the same way
+        config[field] = str(certificate / Path(config[field]).name)
     served = ServeConfig.model_validate(config)
     assert served.scheme == "https"
     # The environment overrides the file: the container sets none of the service's settings there.

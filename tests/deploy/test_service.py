@@ -50,23 +50,6 @@ def test_gpuslice_app_serves_the_webhook_with_its_prefix() -> None:
 
 
 @pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tls")
-    env = {**os.environ, "OUT_DIR": str(out)}
-    result = subprocess.run(
-        ["bash", str(REPO / "manifests/tls/make-serving-cert.sh"), "gpuslice", "gpuslice", "30"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    assert {p.name for p in out.iterdir()} == {"ca.crt", "tls.crt", "tls.key"}
-    return out
-
-
-@pytest.fixture(scope="module")
 def https_port(certificate: Path) -> Iterator[int]:
     app = FastAPI()
     app.include_router(router)

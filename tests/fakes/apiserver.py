@@ -278,6 +278,11 @@ class FakeApiServer:
         with self._lock:
             return [copy.deepcopy(n) for _, n in sorted(self._objects["nodes"].items())]
 
+    def events(self) -> list[Json]:
+        """The Events created, oldest first."""
+        with self._lock:
+            return [copy.deepcopy(e) for e in self._objects["events"].values()]
+
     @property
     def resource_version(self) -> int:
         return self._rv

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from scheduler.backend import PodRef
-from scheduler.core import decode_record
+from scheduler.core.allocation import decode_record
 from scheduler.kube import KubeBackend, ledger_name
 from tests.fakes import FakeApiServer, FakeClock
 from tests.kube.conftest import decide_for, gpu_node, gpu_pod

@@ -54,21 +54,6 @@ def manifest_settings() -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tls")
-    result = subprocess.run(
-        ["bash", str(REPO / "manifests/tls/make-serving-cert.sh"), "gpuslice", "gpuslice", "30"],
-        env={**os.environ, "OUT_DIR": str(out)},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    return out
-
-
-@pytest.fixture(scope="module")
 def https_server(certificate: Path) -> Iterator[Server]:
     config = load_config(
         env={}, flags={"port": 0, "tls_cert": certificate / "tls.crt", "tls_key": certificate / "tls.key"}

@@ -10,10 +10,14 @@ import random
 
 import pytest
 
-from scheduler.core import Demand, GpuKind, GpuRequest, NodeState, TypicalWorkload, evaluate, fit, make_policy, rank
 from scheduler.core.board import Board, Status
-from scheduler.core.fragmentation import Fragmentation
+from scheduler.core.fit import fit
+from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
+from scheduler.core.policies import make_policy
 from scheduler.core.policies.fgd import sigmoid_score
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.select import evaluate, rank
+from scheduler.core.state import NodeState
 from tests.builders import make_policy_for, make_state
 
 
@@ -196,7 +200,7 @@ def test_random_draws_uniformly_among_feasible_nodes_and_repeats_with_its_seed()
 
 def test_random_plain_path_has_the_same_support() -> None:
     """rank() (the per-node answer) picks from the same feasible set."""
-    from scheduler.core import best
+    from scheduler.core.select import best
 
     demand = share(700, cpu=1000)
     policy = make_policy_for("random", seed=3)
@@ -224,7 +228,7 @@ def test_board_feasibility_and_scores_equal_plain_fit_and_rank(slack: int) -> No
     ``fit`` node by node (its reason too), and its scores (kept per node stamp, shared between
     nodes in the same state) equal the plain ranking of every node, for every policy; also when
     the board numbers its signatures and device states again and again."""
-    from scheduler.core import REGISTRY
+    from scheduler.core.policies import REGISTRY
 
     rng = random.Random(11)
     models = ("V100-16GB", "T4", "A100-80GB")

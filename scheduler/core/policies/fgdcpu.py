@@ -15,7 +15,7 @@ near-equal placements tie and the balance below decides between them). Inside th
 every distinct candidate GPU or MIG slot is tried and the lowest C wins.
 
 For a pod that takes a share of one GPU, the cluster then weighs in (:meth:`adjust`, run
-by the Scoreboard on every call). A partly used GPU's free share is counted by its class:
+by the board on every call). A partly used GPU's free share is counted by its class:
 the largest share size seen so far that fits in it, in hundredths of a GPU (a 0.21 hole
 and a 0.19 hole are both of class 0.16 when the shares seen are 0.16, 0.32, 0.47 and
 0.81); a hole smaller than every share seen has no class and is not counted. Holes of
