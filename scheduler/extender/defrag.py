@@ -25,6 +25,7 @@ from scheduler.core.request import Demand, GpuKind, parse_pod
 from scheduler.core.state import NodeState
 
 from .cache import ClusterCache
+from .debug import share_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,20 +84,7 @@ def plan_cluster(
 def _allocation(alloc: Allocation | None) -> dict[str, Any] | None:
     if alloc is None:
         return None
-    return {
-        "node": alloc.node,
-        "devices": [
-            {
-                "index": s.index,
-                "uuid": s.uuid,
-                "mode": s.mode.value,
-                "memoryMiB": s.memory_mib,
-                "computeMilli": s.compute_milli,
-                "mig": None if s.mig is None else f"{s.mig.profile}@{s.mig.start}",
-            }
-            for s in alloc.shares
-        ],
-    }
+    return {"node": alloc.node, "devices": [share_json(s) for s in alloc.shares]}
 
 
 def plan_json(found: Plan, inputs: Inputs, namespaces: Collection[str], options: PlanOptions) -> dict[str, Any]:
