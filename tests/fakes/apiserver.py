@@ -40,6 +40,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -788,3 +789,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
         else:
             self.wfile.write(b"0\r\n\r\n")
+
+
+@contextlib.contextmanager
+def audited(calls: Iterable[tuple[str, str, str]], what: str) -> Iterator[FakeApiServer]:
+    """A fake API server that, once the test is done, must have served only ``calls`` (an
+    account's declared ``(verb, group, resource)`` triples, named ``what`` in the failure)."""
+    with FakeApiServer() as server:
+        yield server
+        served = server.served
+    declared = {(verb, resource) for verb, _, resource in calls}
+    assert served <= declared, f"calls served but missing from {what}: {sorted(served - declared)}"
