@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from .allocation import Allocation, DeviceShare
 from .board import Board
 from .capacity import allocated_milli, percent
+from .errors import ConfigError
 from .fit import fit
 from .fragmentation import Fragmentation
 from .policies.base import Policy
@@ -87,9 +88,9 @@ class PlanOptions:
     def __post_init__(self) -> None:
         for name in ("max_evictions", "max_pending", "search_limit", "fragmentation_candidates"):
             if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be 0 or more, got {getattr(self, name)}")
         if self.min_fall_milli < 0:
-            raise ValueError(f"min_fall_milli must be 0 or more, got {self.min_fall_milli}")
+            raise ConfigError(f"min_fall_milli must be 0 or more, got {self.min_fall_milli}")
 
 
 @dataclass(frozen=True, slots=True)

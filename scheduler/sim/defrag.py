@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from scheduler.core.defrag import Mover, PlanOptions, Waiting, plan
+from scheduler.core.errors import ConfigError
 
 from .model import SimPod
 
@@ -43,9 +44,9 @@ class DefragSpec:
 
     def __post_init__(self) -> None:
         if not self.every_s > 0:
-            raise ValueError(f"the planner's interval must be positive, got {self.every_s}")
+            raise ConfigError(f"the planner's interval must be positive, got {self.every_s}")
         if self.budget < 0:
-            raise ValueError(f"the eviction budget must be 0 or more, got {self.budget}")
+            raise ConfigError(f"the eviction budget must be 0 or more, got {self.budget}")
 
 
 @dataclass(slots=True)
