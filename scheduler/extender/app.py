@@ -260,6 +260,8 @@ def create_app(extender: Extender, mounts: Sequence[Mount] = ()) -> Verbs:
         # event loop and outside the cache's lock, on a snapshot of it.
         if not trusted(request.client):
             return _forbidden(request)
+        if not (extender.synced and extender.backend.ready()):  # a plan on half a cluster would be a guess
+            return Response(wire.dumps({"error": NOT_READY}), 503, media_type=JSON)
         return Response(wire.dumps(await run_in_threadpool(defrag_plan, extender)), media_type=JSON)
 
     return Verbs(app, verbs)
