@@ -29,8 +29,9 @@ move lowers the measure, so no pod is moved back and forth. Only the ``fragmenta
 pods whose removal alone lowers their node's measure most are tried for a landing.
 
 The plan is a prediction: it assumes the pending pod is placed before the pods evicted for it
-are recreated (kube-scheduler takes pending pods by priority, then by how long they waited),
-and that nothing else changes meanwhile.
+are recreated (kube-scheduler takes pending pods by priority, then by how long they waited), that
+they are recreated in the order of the move's ``evict`` (largest first, the order they are
+evicted in), and that nothing else changes meanwhile.
 """
 
 from __future__ import annotations
@@ -106,7 +107,9 @@ class Landing:
 class Move:
     """Evict ``evict`` from ``node``: that frees ``frees`` (in words) and lets ``admits`` in
     (None for a phase 2 move) on ``allocation``; the evicted pods land as ``lands``; the
-    cluster's fragmentation measure falls by ``frag_fall_milli``."""
+    cluster's fragmentation measure falls by ``frag_fall_milli``. ``evict`` is in the order of
+    ``lands`` (largest first), the order the prediction places them in: evicted in that order,
+    their controllers recreate them in it."""
 
     node: str
     evict: tuple[str, ...]
@@ -259,7 +262,7 @@ class _Planner:
         allocations = [a for k, a in state.pods if k in victims]
         move = Move(
             state.node.name,
-            victims,
+            tuple(landing.pod for landing in lands),  # the order they are predicted to land in
             describe_freed(allocations),
             pod.key,
             placed.allocation,

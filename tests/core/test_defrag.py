@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from scheduler.core.board import Board
 from scheduler.core.defrag import Mover, Plan, PlanOptions, Waiting, plan
 from scheduler.core.fit import fit
 from scheduler.core.fragmentation import DEFAULT_WORKLOAD, Fragmentation, TypicalWorkload
@@ -59,6 +60,27 @@ def test_a_whole_gpu_waits_while_each_gpu_holds_one_small_share() -> None:
     # only x may move: x goes, whatever its priority
     (move,) = run([state], [Waiting("train", whole())], movers[:1]).moves
     assert move.evict == ("x",)
+
+
+def test_the_evicted_pods_are_evicted_in_the_order_they_land_largest_first() -> None:
+    # x (MPS, one GPU): a 0.25 and b 0.5 may move, c 0.25 may not; the pending p (0.75, 8 CPUs)
+    # needs both gone. y has half a GPU free, z a whole one but 2 CPUs: b (8 CPUs) fits only on
+    # y, a on y or z. Recreated small first, a would take y (binpack: the fuller node) and b would
+    # find no place: the plan predicts b first (y), then a (z), and evicts them in that order.
+    x = place(
+        place(place(make_state(name="x", mode="mps"), "a", share(250, 1000), 0), "b", share(500, 8000), 0),
+        "c",
+        share(250),
+        0,
+    )
+    y = place(make_state(name="y", mode="mps"), "d", share(500), 0)
+    z = make_state(name="z", mode="mps", cpu_milli=2000)
+    movers = [Mover("a", share(250, 1000)), Mover("b", share(500, 8000))]
+    got = run([x, y, z], [Waiting("p", share(750, 8000))], movers)
+    (move,) = got.moves
+    assert move.admits == "p" and move.evict == ("b", "a")
+    assert [(landing.pod, landing.node) for landing in move.lands] == [("b", "y"), ("a", "z")]
+    enacted([x, y, z], got, movers)
 
 
 def test_nothing_moves_that_may_not_or_that_would_land_nowhere() -> None:
@@ -150,6 +172,32 @@ def replay(states: list[NodeState], got: Plan) -> dict[str, NodeState]:
     return cluster
 
 
+def enacted(states: list[NodeState], got: Plan, movers: list[Mover]) -> None:
+    """Each move carried out as a cluster does it: the victims evicted, the pending pod placed,
+    then the victims recreated in the order of ``evict`` and placed by the policy: each must land
+    as the plan predicts."""
+    policy = binpack()
+    board = Board(states, {s.node.name: i for i, s in enumerate(states)})
+    demand_of = {m.key: m.demand for m in movers}
+    for move in got.moves:
+        node = board.get(move.node)
+        assert node is not None
+        for key in move.evict:
+            node = node.release(key)
+        board.put(node)
+        if move.admits is not None and move.allocation is not None:
+            target = board.get(move.allocation.node)
+            assert target is not None
+            board.put(target.apply(move.admits, move.allocation))
+        for key in move.evict:
+            choice = board.best(policy, demand_of[key])  # type: ignore[arg-type]
+            landing = next(landing for landing in move.lands if landing.pod == key)
+            assert choice is not None and (choice.node, choice.allocation) == (landing.node, landing.allocation)
+            target = board.get(choice.node)
+            assert target is not None
+            board.put(target.apply(key, choice.allocation))
+
+
 def fill(
     draw: st.DrawFn, state: NodeState, shapes: st.SearchStrategy[Demand], pods: int, demands_of: dict[str, Demand]
 ) -> NodeState:
@@ -226,6 +274,8 @@ def test_it_never_moves_a_pod_it_must_not_and_every_step_fits(
     seen = admitted + [k for k, _ in got.fits_now] + [k for k, _ in got.stranded]
     assert sorted(seen) == sorted(p.key for p in pending)  # each pending pod accounted for once
     after = replay(states, got)  # no step over-allocates
+    if not got.fits_now:  # (those interleave with the moves, in an order the plan does not keep)
+        enacted(states, got, movers)  # the evicted pods, recreated in the order they are evicted, land as predicted
     for move in got.moves:  # every evicted pod lands again, and each admitted pod holds its share
         assert all(after[landing.node].allocation_of(landing.pod) is not None for landing in move.lands)
         assert sorted(landing.pod for landing in move.lands) == sorted(move.evict)
