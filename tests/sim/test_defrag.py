@@ -62,6 +62,30 @@ def test_a_pod_waits_and_gets_in_when_another_leaves() -> None:
     assert simulate(scenario(text), "binpack", 1).failed == 1  # the plain replay turns it away at once
 
 
+# Two MPS GPUs, each ends up with two 0.25 shares (f, 0.5, fills GPU 0 while c and d arrive, so
+# they go to GPU 1, then leaves): a whole GPU needs both pods of one GPU evicted, two at once.
+PAIRS = """
+name: pairs
+replay: timed
+nodes:
+  - {name: n, cpu: 64, memory: 256Gi, gpus: {model: H100-80GB, count: 2, mode: mps}}
+pods:
+  - {name: a, cpu: 1, memory: 1Gi, gpu: {fraction: 0.25}, arrive: 0, duration: 10000}
+  - {name: b, cpu: 1, memory: 1Gi, gpu: {fraction: 0.25}, arrive: 1, duration: 10000}
+  - {name: f, cpu: 1, memory: 1Gi, gpu: {fraction: 0.5}, arrive: 2, duration: 3}
+  - {name: c, cpu: 1, memory: 1Gi, gpu: {fraction: 0.25}, arrive: 3, duration: 10000}
+  - {name: d, cpu: 1, memory: 1Gi, gpu: {fraction: 0.25}, arrive: 4, duration: 10000}
+  - {name: train, cpu: 1, memory: 1Gi, gpu: {count: 1}, arrive: 6, duration: 1000}
+"""
+
+
+def test_a_run_evicts_no_more_than_its_budget() -> None:
+    one = simulate(scenario(PAIRS), "binpack", 1, defrag=DefragSpec(600, 1))
+    assert (one.failed, one.evictions) == (1, 0)  # the one move needs two evictions: none is made
+    two = simulate(scenario(PAIRS), "binpack", 1, defrag=DefragSpec(600, 2))
+    assert (two.failed, two.evictions, two.moves, two.evicted_lost) == (0, 2, 1, 0)
+
+
 def test_runs_repeat_exactly_and_the_options_are_checked() -> None:
     a, b = run(DefragSpec(600, 2)), run(DefragSpec(600, 2))
     assert (a.failed, a.evictions, a.gpu_hours) == (b.failed, b.evictions, b.gpu_hours)  # type: ignore[attr-defined]
