@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from scheduler.sim import defragtable
 from scheduler.sim.datasets import results_dir
 from scheduler.sim.reference import load
 from scheduler.sim.report import markdown_table, pivot_table, rows_from_files
@@ -64,6 +65,10 @@ def main() -> None:
     if challenger:
         print("### fgd-cpu against FGD: unallocated GPU % at arrived = 100% (mean ± sd of 10 seeds)\n")
         print(versus(challenger))
+    recorded = [row for path in sorted(HERE.glob("defrag/*.csv")) for row in defragtable.read(path)]
+    if recorded:
+        print("### Defragmentation in timed replay (mean of 10 seeds)\n")
+        print(defragtable.markdown(defragtable.summary(recorded)))
 
 
 if __name__ == "__main__":

@@ -6,12 +6,14 @@ entry point, a plain function. No face imports this package, and the faces are i
 inside the commands, so ``gpuslice --help`` loads none of them.
 
 Modules: ``_app`` (the Typer app and the one error handler), then one module per face's
-commands: ``serving`` (serve, inspect, demo), ``simulation`` (simulate, bound, advise), ``node`` (agent).
+commands: ``serving`` (serve, inspect, demo), ``simulation`` (simulate, bound, advise), ``node`` (agent),
+``defrag`` (defrag: the extender's planner, fed by a cluster file or the live cluster, evicting through
+``scheduler.kube``).
 """
 
 from __future__ import annotations
 
-from . import node, serving, simulation
+from . import defrag, node, serving, simulation
 from ._app import app, main
 
-__all__ = ["app", "main", "node", "serving", "simulation"]
+__all__ = ["app", "defrag", "main", "node", "serving", "simulation"]

@@ -7,6 +7,7 @@ form of ``--seeds``, replay modes).
 
 from __future__ import annotations
 
+import math
 import signal
 from pathlib import Path
 from typing import Annotated
@@ -26,6 +27,9 @@ TRACE_HELP = (
 SEEDS_HELP = "Seeds: 42, 42,43 or 42-51."
 DEFAULT_SEEDS = "42"
 INFLATE_ACCEPTED = f"0 (as given) or a ratio up to {MAX_INFLATE:g}, such as 1.3"
+DEFRAG_EVERY = (0.1, 525600.0)  # minutes: six seconds to a year of simulated time
+DEFRAG_EVERY_ACCEPTED = f"minutes of simulated time from {DEFRAG_EVERY[0]:g} to {DEFRAG_EVERY[1]:g}, such as 10"
+MIN_FALL_ACCEPTED = "milli-GPU, 0 or more, such as 500"
 
 
 def inflate_option(text: str | None) -> float | None:
@@ -42,6 +46,16 @@ def inputs(traces: list[Path] | None, nodes: Path | None) -> None:
 
 def out_option(path: Path | None) -> Path | None:
     return None if path is None else opt.writable_folder("--out", path)
+
+
+def defrag_numbers(budget: str | None, every: str | None, min_fall: str | None) -> tuple[float, float]:
+    """``--defrag-every`` and ``--defrag-min-fall`` (defaults 10 and 500), only with ``--defrag-budget``."""
+    for option, given in (("--defrag-every", every), ("--defrag-min-fall", min_fall)):
+        if given is not None and budget is None:
+            raise UsageError(f"{option} needs --defrag-budget (the arms to run, such as off,wait,4)")
+    minutes = 10.0 if every is None else opt.ratio("--defrag-every", every, *DEFRAG_EVERY, DEFRAG_EVERY_ACCEPTED)
+    fall = 500.0 if min_fall is None else opt.ratio("--defrag-min-fall", min_fall, 0.0, math.inf, MIN_FALL_ACCEPTED)
+    return minutes, fall
 
 
 @command("simulate")
@@ -86,12 +100,40 @@ def simulate(
         typer.Option("--bound/--no-bound", help="Also compute the LP upper bound per (trace, seed) (arrivals only)."),
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    defrag_budget: Annotated[
+        str | None,
+        typer.Option(
+            help="Timed replay: run the defragmentation planner, one run per arm: off (plain replay), wait "
+            "(pods wait for the planner, no move) or evictions per planner run, such as off,wait,4. "
+            "Writes defrag.csv instead of summary.csv."
+        ),
+    ] = None,
+    defrag_every: Annotated[
+        str | None,
+        typer.Option(
+            metavar="MINUTES", help="With --defrag-budget: minutes of simulated time between planner runs (10)."
+        ),
+    ] = None,
+    defrag_min_fall: Annotated[
+        str | None,
+        typer.Option(
+            metavar="MILLI",
+            help="With --defrag-budget: milli-GPU of fragmentation a move made only to lower it must remove (500).",
+        ),
+    ] = None,
 ) -> None:
     """Replay traces or scenarios through the packing core and compare policies."""
     ratio = inflate_option(inflate)
     processes = None if workers is None else opt.whole("--workers", workers, 1, 4096, "1 or more")
     if with_bound and replay is not None and replay.strip().lower() == "timed":
         raise UsageError("--bound with --replay timed: the LP bound covers arrivals only; drop one of them")
+    every, min_fall = defrag_numbers(defrag_budget, defrag_every, defrag_min_fall)
+    if defrag_budget is not None and replay is not None and replay.strip().lower() == "arrivals":
+        raise UsageError(
+            "--defrag-budget with --replay arrivals: the planner needs simulated time; give --replay timed"
+        )
+    if defrag_budget is not None and reference is not None:
+        raise UsageError("--reference with --defrag-budget: the defragmentation table has no paper curves; drop one")
     inputs(traces, nodes)
     if reference is not None:
         opt.readable_folder("--reference", reference)
@@ -99,7 +141,21 @@ def simulate(
     from scheduler.sim import commands
 
     commands.simulate(
-        traces or [], nodes, policy, seeds, ratio, replay, shuffle, processes, folder, reference, with_bound, quiet
+        traces or [],
+        nodes,
+        policy,
+        seeds,
+        ratio,
+        replay,
+        shuffle,
+        processes,
+        folder,
+        reference,
+        with_bound,
+        quiet,
+        defrag_budget,
+        every,
+        min_fall,
     )
 
 

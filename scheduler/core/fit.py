@@ -189,6 +189,32 @@ def _best_set(links: frozenset[tuple[int, int]], indices: tuple[int, ...], count
     )
 
 
+@lru_cache(maxsize=4096)
+def linked_set(links: frozenset[tuple[int, int]], indices: tuple[int, ...], count: int) -> tuple[int, ...] | None:
+    """The ``count`` GPUs of ``indices`` every pair of which is joined by NVLink (a clique of the
+    NVLink graph), lowest indices first; None if there are none. Exact: a node has a few dozen
+    GPUs at most, and networkx lists the cliques of such a graph at once."""
+    if count <= 1:
+        return indices[:count] if len(indices) >= count else None
+    graph = nx.Graph()
+    graph.add_nodes_from(indices)
+    graph.add_edges_from(e for e in links if e[0] in graph and e[1] in graph)
+    best: tuple[int, ...] | None = None
+    for clique in nx.find_cliques(graph):  # the maximal cliques; every k-clique lies in one
+        if len(clique) >= count:
+            first = tuple(sorted(clique)[:count])
+            best = first if best is None or first < best else best
+    return best
+
+
+def _largest_linked(node: Node, indices: list[int]) -> int:
+    """How many of ``indices`` the largest set of GPUs pairwise joined by NVLink holds."""
+    graph = nx.Graph()
+    graph.add_nodes_from(indices)
+    graph.add_edges_from(e for e in node.nvlink if e[0] in graph and e[1] in graph)
+    return max((len(c) for c in nx.find_cliques(graph)), default=0)
+
+
 def _gpu_reason(gpu: GpuRequest, node: Node, refusals: list[Refusal]) -> str:
     models = {d.model.name for d in node.devices}
     if not node.devices:
@@ -262,7 +288,14 @@ def gpu_fit(demand: Demand, state: NodeState) -> Fit:
         return Fit(reason=shortage(gpu, node, len(options), refusals))
     if gpu.count <= 1:
         return Fit(tuple(Allocation(node.name, (s,), demand.cpu_milli, demand.memory_mib) for s in options))
-    chosen = _best_connected(node, [s.index for s in options], gpu.count)
+    indices = [s.index for s in options]
+    if gpu.nvlink:
+        linked = linked_set(node.nvlink, tuple(indices), gpu.count)
+        if linked is None:
+            return Fit(reason=f"needs {gpu.count} GPUs joined by NVLink, {_largest_linked(node, indices)} available")
+        chosen = list(linked)
+    else:
+        chosen = _best_connected(node, indices, gpu.count)
     by_index = {s.index: s for s in options}
     shares = tuple(by_index[i] for i in sorted(chosen))
     return Fit((Allocation(node.name, shares, demand.cpu_milli, demand.memory_mib),))

@@ -85,3 +85,26 @@ def holding_record(obj: Mapping[str, Any], prefix: str) -> str | None:
         return None
     owner = record_node(text)
     return text if owner is None or owner == node else None
+
+
+def priority_of(obj: Mapping[str, Any]) -> int:
+    """``spec.priority`` (set at admission from the pod's PriorityClass; 0 when absent or not an integer)."""
+    value = _part(obj, "spec").get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+# Controllers whose pods cannot move: a DaemonSet recreates its pod on the same node, and a
+# Node "owns" its static (mirror) pods.
+NODE_BOUND_OWNERS = frozenset({"DaemonSet", "Node"})
+
+
+def controller_of(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The (kind, name) of the pod's managing controller (the ownerReference with
+    ``controller: true``), or None for a pod nothing recreates."""
+    owners = _part(obj, "metadata").get("ownerReferences")
+    for owner in owners if isinstance(owners, list) else []:
+        if isinstance(owner, Mapping) and owner.get("controller") is True:
+            kind, name = owner.get("kind"), owner.get("name")
+            if isinstance(kind, str) and isinstance(name, str) and kind and name:
+                return kind, name
+    return None

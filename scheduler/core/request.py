@@ -7,7 +7,8 @@ Forms, under the annotation prefix (default ``gpuslice.io/``):
   and/or percent of SMs; the one not given is taken in proportion to the other
 * ``gpu-count: "2"``                 whole GPUs, or with a fraction/memory: that many shared GPUs
 * ``mig-profile: "3g.40gb"``         one MIG instance, matched by slices and memory
-* selectors ``sharing``, ``gpu-model``, ``policy``
+* selectors ``sharing``, ``gpu-model``, ``policy``; ``nvlink: required`` (whole GPUs or shares
+  on several GPUs, every pair of them joined by NVLink; ``preferred``, the default, only prefers it)
 * container resources ``nvidia.com/gpu: N`` and ``nvidia.com/mig-<profile>: 1``
 
 Anything malformed or contradictory raises :class:`RequestError` naming the key, the
@@ -47,8 +48,9 @@ OUTPUT_KEYS = frozenset(
     }
 )
 REQUEST_KEYS = ("gpu-fraction", "gpu-memory", "gpu-compute", "gpu-count", "mig-profile")
-SELECTOR_KEYS = ("sharing", "gpu-model", "policy")
+SELECTOR_KEYS = ("sharing", "gpu-model", "policy", "nvlink")
 SHARING_FORMS = "one of mig, mps, time-slicing, exclusive, any (or several joined by |)"
+NVLINK_FORMS = "required (every pair of the pod's GPUs joined by NVLink) or preferred (the default)"
 
 
 class GpuKind(StrEnum):
@@ -70,6 +72,7 @@ class GpuRequest:
     profile: ProfileSpec | None = None
     sharing: frozenset[SharingMode] = frozenset()  # empty: any mode
     models: tuple[str, ...] = ()  # canonical names; empty: any model
+    nvlink: bool = False  # True: every pair of the GPUs given must be joined by NVLink
 
     def allows_mode(self, mode: SharingMode) -> bool:
         return not self.sharing or mode in self.sharing
@@ -125,8 +128,9 @@ class GpuRequest:
     def describe(self) -> str:
         if self.kind is GpuKind.NONE:
             return "no GPU"
+        linked = " joined by NVLink" if self.nvlink and self.count > 1 else ""
         if self.kind is GpuKind.WHOLE:
-            return f"{self.count} whole GPU" + ("s" if self.count > 1 else "")
+            return f"{self.count} whole GPU" + ("s" if self.count > 1 else "") + linked
         if self.kind is GpuKind.MIG:
             assert self.profile is not None
             return f"MIG {self.profile.text}"
@@ -138,7 +142,7 @@ class GpuRequest:
         if self.compute_milli:
             parts.append(f"{self.compute_milli / 10:g}% compute")
         each = " each" if self.count > 1 else ""
-        return f"{self.count} x " * (self.count > 1) + " + ".join(parts) + each
+        return f"{self.count} x " * (self.count > 1) + " + ".join(parts) + each + linked
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +229,13 @@ def _sharing(key: str, value: object) -> frozenset[SharingMode]:
         except ValueError as exc:
             raise RequestError(key, value, SHARING_FORMS) from exc
     return frozenset(modes)
+
+
+def _nvlink(key: str, value: object) -> bool:
+    word = value.strip().lower() if isinstance(value, str) else None
+    if word not in ("required", "preferred"):
+        raise RequestError(key, value, NVLINK_FORMS)
+    return word == "required"
 
 
 def _models(key: str, value: object) -> tuple[str, ...]:
@@ -354,6 +365,7 @@ def parse_gpu_request(
 
     sharing = _sharing(k("sharing"), ours["sharing"]) if "sharing" in ours else frozenset()
     models = _models(k("gpu-model"), ours["gpu-model"]) if "gpu-model" in ours else ()
+    nvlink = _nvlink(k("nvlink"), ours["nvlink"]) if "nvlink" in ours else False
     fraction = _fraction_milli(k("gpu-fraction"), ours["gpu-fraction"]) if "gpu-fraction" in ours else 0
     mem = _memory(k("gpu-memory"), ours["gpu-memory"]) if "gpu-memory" in ours else 0
     compute = _compute_milli(k("gpu-compute"), ours["gpu-compute"]) if "gpu-compute" in ours else 0
@@ -408,19 +420,25 @@ def parse_gpu_request(
             )
         if sharing and SharingMode.MIG not in sharing:
             raise RequestError(k("sharing"), ours["sharing"], "mig or any, with a MIG profile")
+        if nvlink:
+            raise RequestError(
+                k("nvlink"), ours["nvlink"], "preferred (or no key) with a MIG profile: one instance, one GPU"
+            )
         return GpuRequest(GpuKind.MIG, 1, profile=profile, sharing=frozenset({SharingMode.MIG}), models=models)
 
     if fraction or mem or compute:
         if sharing == frozenset({SharingMode.EXCLUSIVE}) and fraction != MILLI:
             raise RequestError(k("sharing"), ours["sharing"], "a sharing mode other than exclusive for part of a GPU")
-        return GpuRequest(GpuKind.SHARE, count or 1, fraction, mem, compute, sharing=sharing, models=models)
+        return GpuRequest(
+            GpuKind.SHARE, count or 1, fraction, mem, compute, sharing=sharing, models=models, nvlink=nvlink
+        )
     if count:
         if sharing == frozenset({SharingMode.MIG}):
             raise RequestError(
                 k("sharing"), ours["sharing"], "mig only with a MIG profile or a fraction; whole GPUs need another mode"
             )
-        return GpuRequest(GpuKind.WHOLE, count, sharing=sharing, models=models)
-    for selector in ("sharing", "gpu-model"):
+        return GpuRequest(GpuKind.WHOLE, count, sharing=sharing, models=models, nvlink=nvlink)
+    for selector in ("sharing", "gpu-model", "nvlink"):
         if selector in ours:
             raise RequestError(
                 k(selector),

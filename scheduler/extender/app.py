@@ -28,6 +28,7 @@ from starlette.concurrency import run_in_threadpool
 from scheduler import logs
 
 from . import wire
+from .defrag import plan_cluster, plan_json
 from .service import Extender
 
 log = logs.get("http")
@@ -253,7 +254,25 @@ def create_app(extender: Extender, mounts: Sequence[Mount] = ()) -> Verbs:
             return Response(wire.dumps({"error": f"node {name} is unknown to gpuslice"}), 404, media_type=JSON)
         return Response(wire.dumps(found[0]), media_type=JSON)
 
+    @app.get("/debug/defrag")
+    async def defrag(request: Request) -> Response:
+        # Plan only: nothing is evicted (gpuslice defrag --apply does that). Planning runs off the
+        # event loop and outside the cache's lock, on a snapshot of it.
+        if not trusted(request.client):
+            return _forbidden(request)
+        if not (extender.synced and extender.backend.ready()):  # a plan on half a cluster would be a guess
+            return Response(wire.dumps({"error": NOT_READY}), 503, media_type=JSON)
+        return Response(wire.dumps(await run_in_threadpool(defrag_plan, extender)), media_type=JSON)
+
     return Verbs(app, verbs)
+
+
+def defrag_plan(extender: Extender) -> dict[str, Any]:
+    """``/debug/defrag``: the plan for the cluster as the service sees it, with its settings."""
+    settings = extender.config.defrag
+    options = settings.options()
+    found, inputs = plan_cluster(extender.cache, extender.config.prefix, extender.policy, settings.namespaces, options)
+    return plan_json(found, inputs, settings.namespaces, options)
 
 
 _CONTROL = str.maketrans({i: " " for i in (*range(32), 127)})

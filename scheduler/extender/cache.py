@@ -73,16 +73,16 @@ def usage_text(obj: Mapping[str, Any], prefix: str) -> str:
 
 
 def _slim(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    """What the extender reads of a pod (its identity, annotations, node, phase, and each
-    container's resources): at 50,000 pods the rest (images, environment, volumes, status
-    conditions, managed fields) was most of the service's memory."""
+    """What the extender reads of a pod (its identity, annotations, node, phase, priority, the
+    controller that owns it, and each container's resources): at 50,000 pods the rest (images,
+    environment, volumes, status conditions, managed fields) was most of the service's memory."""
     meta = obj.get("metadata")
     spec = obj.get("spec")
     status = obj.get("status")
     if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
         return obj  # malformed: kept whole, so that parsing it says what is wrong
     slim_spec: dict[str, Any] = {}
-    for field_name in ("nodeName", "schedulerName"):
+    for field_name in ("nodeName", "schedulerName", "priority"):  # priority: preempt and defrag
         if field_name in spec:
             slim_spec[field_name] = spec[field_name]
     for field_name in ("containers", "initContainers"):
@@ -93,10 +93,15 @@ def _slim(obj: Mapping[str, Any]) -> Mapping[str, Any]:
             ]
         elif listed is not None:
             slim_spec[field_name] = listed
-    out: dict[str, Any] = {
-        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "annotations") if k in meta},
-        "spec": slim_spec,
-    }
+    slim_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "annotations") if k in meta}
+    owners = meta.get("ownerReferences")
+    if isinstance(owners, list):  # the managing controller only: defragmentation moves only pods one recreates
+        slim_meta["ownerReferences"] = [
+            {k: o[k] for k in ("kind", "name", "controller") if k in o}
+            for o in owners
+            if isinstance(o, Mapping) and o.get("controller") is True
+        ]
+    out: dict[str, Any] = {"metadata": slim_meta, "spec": slim_spec}
     if isinstance(status, Mapping) and "phase" in status:
         out["status"] = {"phase": status["phase"]}
     return out

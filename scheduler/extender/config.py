@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
+from scheduler.core.defrag import PlanOptions
 from scheduler.core.errors import ConfigError
 from scheduler.core.policies import REGISTRY, Policy, make_policy, options_of
 from scheduler.core.request import DEFAULT_PREFIX
@@ -26,6 +27,8 @@ DEFAULT_MAX_BODY = 4 * 1024 * 1024
 # kube-scheduler calls the extender from its own container in gpuslice's pod: over loopback.
 DEFAULT_TRUSTED_NETWORKS = ("127.0.0.0/8", "::1/128")
 ENV_PREFIX = "GPUSLICE_"
+NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a Kubernetes namespace name (DNS label)
+NAMESPACE_ACCEPTED = "a namespace name (lower-case letters, digits and '-')"
 
 
 def _underscored(value: Any) -> Any:
@@ -126,13 +129,39 @@ class KubeSettings(BaseModel):
     @field_validator("namespace")
     @classmethod
     def _namespace(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", value):
-            raise ValueError(f"must be a namespace name (lower-case letters, digits and '-'), got {value!r}")
+        if value is not None and not NAMESPACE.fullmatch(value):
+            raise ValueError(f"must be {NAMESPACE_ACCEPTED}, got {value!r}")
         return value
 
     def options(self) -> dict[str, Any]:
         """The settings given, as ``KubeBackend`` keyword options."""
         return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class DefragSettings(BaseModel):
+    """Defragmentation (``gpuslice defrag``, ``/debug/defrag``): which pods may move, and how far
+    a plan goes. Only controller-owned pods (not a DaemonSet's, not static pods) in
+    ``namespaces`` ever move; with none listed, nothing does."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespaces: tuple[str, ...] = ()
+    max_evictions: int = Field(8, ge=0, le=1000)
+    min_fall_milli: float = Field(500.0, ge=0)
+    max_pending: int = Field(64, ge=0, le=10_000)
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not NAMESPACE.fullmatch(name):
+                raise ValueError(f"{name!r} is not {NAMESPACE_ACCEPTED}")
+        return tuple(dict.fromkeys(value))
+
+    def options(self) -> PlanOptions:
+        return PlanOptions(
+            max_evictions=self.max_evictions, min_fall_milli=self.min_fall_milli, max_pending=self.max_pending
+        )
 
 
 class ServeConfig(BaseModel):
@@ -158,6 +187,7 @@ class ServeConfig(BaseModel):
     # Where the extender verbs (filter, prioritize, bind, preempt) and /debug may be called from;
     # anyone else gets 403. The webhook, /metrics and the probes answer everyone.
     trusted_networks: tuple[str, ...] = DEFAULT_TRUSTED_NETWORKS
+    defrag: DefragSettings = DefragSettings()
 
     @field_validator("prefix")
     @classmethod
@@ -254,13 +284,24 @@ ENV_FIELDS = {
 }
 
 
+# What planning reads of the service's settings (``gpuslice defrag``): the rest (address, TLS,
+# trusted networks, the Kubernetes backend) is the server's, and is ignored there.
+PLANNING_FIELDS = frozenset(
+    {"policy", "prefix", "mps_compute_oversub_pct", "ts_memory_oversub_pct", "log_level", "log_format", "defrag"}
+)
+
+
 def load_config(
     file: Path | None = None,
     env: Mapping[str, str] | None = None,
     flags: Mapping[str, Any] | None = None,
+    only: frozenset[str] | None = None,
 ) -> ServeConfig:
     """Merge the sources and validate; ConfigError lists every bad field, each by where it
-    was set (``--port``, ``GPUSLICE_PORT`` or ``FILE: port``), its value and what is accepted."""
+    was set (``--port``, ``GPUSLICE_PORT`` or ``FILE: port``), its value and what is accepted.
+
+    ``only``: the top-level fields to read from the file and the environment (the others keep
+    their defaults): a job that plans reads the service's file without its certificate paths."""
     data: dict[str, Any] = {}
     origins: dict[tuple[str, ...], str] = {}  # path -> where it was set, when not in the file
     if file is not None:
@@ -278,8 +319,12 @@ def load_config(
         data = dict(loaded or {})
         if isinstance(data.get("policy"), str):
             data["policy"] = {"name": data["policy"]}
+    if only is not None:
+        data = {k: v for k, v in data.items() if k in only}
     environ = os.environ if env is None else env
     for suffix, name in ENV_FIELDS.items():
+        if only is not None and name not in only:
+            continue
         value = environ.get(ENV_PREFIX + suffix)
         if value is not None and value != "":
             origins[_set(data, name, value)] = ENV_PREFIX + suffix

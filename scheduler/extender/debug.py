@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from scheduler.core.allocation import DeviceShare
 from scheduler.core.errors import InventoryError
 from scheduler.core.measured import Measured, parse_usage
 from scheduler.core.state import NodeState
@@ -30,6 +31,18 @@ class DeviceRow:
     healthy: bool
     unhealthy_reason: str = ""
     stray_memory_mib: int = 0  # held by processes no record accounts for (the node agent measures it)
+
+
+def share_json(share: DeviceShare) -> dict[str, Any]:
+    """One share of an allocation as /debug shows it."""
+    return {
+        "index": share.index,
+        "uuid": share.uuid,
+        "mode": share.mode.value,
+        "memoryMiB": share.memory_mib,
+        "computeMilli": share.compute_milli,
+        "mig": None if share.mig is None else f"{share.mig.profile}@{share.mig.start}",
+    }
 
 
 def device_rows(state: NodeState) -> list[DeviceRow]:
@@ -85,18 +98,7 @@ def describe(
                 "inFlight": pod in pending,
                 "cpuMilli": alloc.cpu_milli,
                 "memoryMiB": alloc.memory_mib,
-                "shares": [
-                    {
-                        "index": s.index,
-                        "uuid": s.uuid,
-                        "mode": s.mode.value,
-                        "memoryMiB": s.memory_mib,
-                        "computeMilli": s.compute_milli,
-                        "mig": None if s.mig is None else f"{s.mig.profile}@{s.mig.start}",
-                        **_used(measured, pod, s.index),
-                    }
-                    for s in alloc.shares
-                ],
+                "shares": [{**share_json(s), **_used(measured, pod, s.index)} for s in alloc.shares],
             }
             for pod, alloc in state.pods
         ]

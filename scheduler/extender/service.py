@@ -22,14 +22,13 @@ from scheduler.backend import Backend, PodRef
 from scheduler.core.allocation import Allocation
 from scheduler.core.board import Status
 from scheduler.core.errors import RecordError, RequestError
-from scheduler.core.fit import fit
 from scheduler.core.pods import key_of, pod_key
 from scheduler.core.policies import REGISTRY, Policy
 from scheduler.core.request import GpuKind, PodRequest, parse_pod
 from scheduler.core.select import evaluate
 from scheduler.core.state import rebuild
 
-from . import wire
+from . import preemption, wire
 from .answers import Answers, Listing, NameLists, tally
 from .cache import ClusterCache
 from .config import ServeConfig
@@ -361,28 +360,26 @@ class Extender:
     # ------------------------------------------------------------ preempt
 
     def preempt(self, args: wire.PreemptionArgs) -> bytes:
-        """Keep the nodes where evicting the proposed victims frees room for the pod's GPU request."""
+        """Per candidate node, the victims among kube-scheduler's that free a share the pod fits
+        (:mod:`.preemption`); nodes where none do are dropped."""
         try:
             request = self.parse(args.pod)
         except RequestError as exc:
             log.info("preempt: malformed request", extra={"pod": key_of(args.pod), "reason": str(exc)})
             return wire.preemption_result({})
         if request.demand.gpu.kind is GpuKind.NONE:
-            return wire.preemption_result(args.victims)
-        kept: dict[str, tuple[list[str], int]] = {}
-        cache = self.cache
-        with cache.lock:
-            for node, (uids, violations) in args.victims.items():
-                state = cache.state(node)
-                if state is None:
-                    continue
-                for uid in uids:
-                    key = cache.key_of_uid(uid)
-                    if key is not None:
-                        state = state.release(key)
-                if fit(request.demand, state):
-                    kept[node] = (uids, violations)
-        log.info("preempt", extra={"pod": request.key, "candidates": len(args.victims), "kept": len(kept)})
+            return wire.preemption_result({n: (v.uids, v.pdb_violations) for n, v in args.victims.items() if v.uids})
+        verdicts = preemption.decide(request.demand, args.victims, self.cache, self.config.prefix)
+        kept = {node: (v.uids, v.pdb_violations) for node, v in verdicts.items() if v.uids}
+        log.info(
+            "preempt",
+            extra={
+                "pod": request.key,
+                "candidates": len(args.victims),
+                "kept": len(kept),
+                "nodes": {node: v.why for node, v in verdicts.items()},
+            },
+        )
         return wire.preemption_result(kept)
 
     # ------------------------------------------------------------ inspection

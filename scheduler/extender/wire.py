@@ -304,36 +304,62 @@ def binding_result(error: str = "") -> bytes:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeVictims:
+    """kube-scheduler's proposal for one node: the victims' UIDs, in its order, the number of
+    PodDisruptionBudget violations it counted among them (not which ones), and the victims'
+    ``spec.priority`` where full pods came (None for each with NodeNameToMetaVictims, or where
+    a pod states none)."""
+
+    uids: tuple[str, ...]
+    pdb_violations: int
+    priorities: tuple[int | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PreemptionArgs:
     pod: Mapping[str, Any]
-    # node -> victim pod UIDs, and the victims' PDB violation count
-    victims: Mapping[str, tuple[list[str], int]]
-    meta: bool  # True when NodeNameToMetaVictims came (answer in the same form either way)
+    victims: Mapping[str, NodeVictims]  # node -> kube-scheduler's proposal there
+    meta: bool  # True when NodeNameToMetaVictims came (nodeCacheCapable); the answer's form is the same
 
 
-def _victims(value: object, where: str, full: bool) -> tuple[list[str], int]:
+def _priority(pod: Mapping[str, Any], where: str) -> int | None:
+    spec = pod.get("spec")
+    value = spec.get("priority") if isinstance(spec, Mapping) else None
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WireError(f"{where}.spec.priority must be an integer, got {_kind(value)}")
+    return value
+
+
+def _victims(value: object, where: str, full: bool) -> NodeVictims:
     obj = _object(value, where)
     pods = field(obj, "Pods") or []
     if not isinstance(pods, list):
         raise WireError(f"{where}.Pods must be an array")
     uids: list[str] = []
+    priorities: list[int | None] = []
     for i, pod in enumerate(pods):
         item = _object(pod, f"{where}.Pods[{i}]")
         if full:
             meta = item.get("metadata")
             uid = meta.get("uid") if isinstance(meta, Mapping) else None
+            priorities.append(_priority(item, f"{where}.Pods[{i}]"))
         else:
             uid = field(item, "UID")
+            priorities.append(None)
         if not isinstance(uid, str) or not uid:
             raise WireError(f"{where}.Pods[{i}] has no UID")
         uids.append(uid)
     violations = field(obj, "NumPDBViolations") or 0
-    if isinstance(violations, bool) or not isinstance(violations, int):
-        raise WireError(f"{where}.NumPDBViolations must be an integer")
-    return uids, violations
+    if isinstance(violations, bool) or not isinstance(violations, int) or violations < 0:
+        raise WireError(f"{where}.NumPDBViolations must be a non-negative integer")
+    return NodeVictims(tuple(uids), violations, tuple(priorities))
 
 
 def parse_preemption(body: bytes) -> PreemptionArgs:
+    """ExtenderPreemptionArgs: NodeNameToMetaVictims (victims as UIDs, with nodeCacheCapable)
+    when present, else NodeNameToVictims (full pods)."""
     top = _object(loads(body), "ExtenderPreemptionArgs")
     pod = field(top, "Pod")
     if pod is None:
@@ -342,15 +368,17 @@ def parse_preemption(body: bytes) -> PreemptionArgs:
     meta = field(top, "NodeNameToMetaVictims")
     full = field(top, "NodeNameToVictims")
     chosen, is_meta = (meta, True) if meta is not None else (full, False)
-    victims: dict[str, tuple[list[str], int]] = {}
+    victims: dict[str, NodeVictims] = {}
     if chosen is not None:
         for node, value in _object(chosen, "ExtenderPreemptionArgs victims map").items():
             where = f"NodeNameTo{'Meta' if is_meta else ''}Victims[{node}]"
-            victims[node] = _victims(value, where, not is_meta) if value is not None else ([], 0)
+            victims[node] = _victims(value, where, not is_meta) if value is not None else NodeVictims((), 0, ())
     return PreemptionArgs(pod, victims, is_meta)
 
 
-def preemption_result(victims: Mapping[str, tuple[list[str], int]]) -> bytes:
+def preemption_result(victims: Mapping[str, tuple[Sequence[str], int]]) -> bytes:
+    """ExtenderPreemptionResult: kube-scheduler reads only NodeNameToMetaVictims, in both forms of
+    the call, and maps each UID back to a pod on that node (a UID it did not send fails the call)."""
     return orjson.dumps(
         {
             "NodeNameToMetaVictims": {

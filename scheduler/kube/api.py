@@ -54,6 +54,16 @@ AGENT_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
     }
 )
 
+# Every call ``gpuslice defrag`` (scheduler.kube.evict) makes, under its own service account:
+# the list it plans from, and the evictions of ``--apply``.
+DEFRAG_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        ("list", "", "nodes"),
+        ("list", "", "pods"),
+        ("create", "", "pods/eviction"),
+    }
+)
+
 MERGE_PATCH = "application/merge-patch+json"
 WATCHED = ("nodes", "pods")
 
@@ -292,16 +302,20 @@ class KubeApi:
         # successful bind (its V1Binding requires a target the answer does not carry).
         self._json("create", "pods/binding", self._core.create_namespaced_pod_binding, name, namespace, dict(body))
 
-    def evict_pod(self, namespace: str, name: str, uid: str) -> None:
-        """A ``policy/v1`` Eviction, so PodDisruptionBudgets hold (HTTP 429 while a budget
-        allows no disruption); only while the pod's UID is ``uid``."""
-        body = {
+    def evict_pod(self, namespace: str, name: str, uid: str = "", dry_run: bool = False) -> None:
+        """An Eviction (policy/v1) of the pod: the API server deletes it unless a
+        PodDisruptionBudget forbids it now (HTTP 429). With ``uid``, only that very pod (a pod
+        recreated under the same name is left alone: HTTP 409); with ``dry_run``, every check
+        and no change."""
+        body: dict[str, Any] = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
-            "deleteOptions": {"preconditions": {"uid": uid}} if uid else {},
         }
-        self._json("create", "pods/eviction", self._core.create_namespaced_pod_eviction, name, namespace, body)
+        if uid:
+            body["deleteOptions"] = {"preconditions": {"uid": uid}}
+        extra = {"dry_run": "All"} if dry_run else {}
+        self._json("create", "pods/eviction", self._core.create_namespaced_pod_eviction, name, namespace, body, **extra)
 
     def get_node(self, name: str) -> Json:
         return self._json("get", "nodes", self._core.read_node, name)

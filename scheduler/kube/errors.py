@@ -8,7 +8,8 @@
         └── ApiStatusError              the API server answered with a non-2xx status
             ├── NotFoundError           404
             ├── ConflictError           409 (resourceVersion precondition, already exists, already bound)
-            └── GoneError               410 (resourceVersion too old: relist)
+            ├── GoneError               410 (resourceVersion too old: relist)
+            └── TooManyRequestsError    429 (an eviction a PodDisruptionBudget forbids now; throttling)
 
 Each is raised ``from`` the client's exception and names the call (verb and resource).
 """
@@ -64,7 +65,16 @@ class GoneError(ApiStatusError):
     pass
 
 
-_BY_STATUS: dict[int, type[ApiStatusError]] = {404: NotFoundError, 409: ConflictError, 410: GoneError}
+class TooManyRequestsError(ApiStatusError):
+    pass
+
+
+_BY_STATUS: dict[int, type[ApiStatusError]] = {
+    404: NotFoundError,
+    409: ConflictError,
+    410: GoneError,
+    429: TooManyRequestsError,
+}
 
 
 def status_error(call: str, status: int, body: str | bytes | None, default_reason: str = "") -> ApiStatusError:

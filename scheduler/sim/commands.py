@@ -12,11 +12,13 @@ from rich.table import Table
 from scheduler.core.errors import UsageError
 from scheduler.core.policies import REGISTRY
 
+from . import defragtable
 from .bound import Bound, bound
+from .defrag import DefragSpec
 from .errors import TraceError
 from .load import embedded_scenario, load_trace
 from .metrics import RunRecord
-from .model import ARRIVALS, REPLAY_MODES, Trace
+from .model import ARRIVALS, REPLAY_MODES, TIMED, Trace
 from .reference import Reference
 from .reference import load as load_reference
 from .report import Report, write_csv
@@ -70,6 +72,24 @@ def parse_policies(values: Sequence[str] | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+DEFRAG_ARMS = "off (the plain replay), wait (budget 0: pods wait for the planner, no move) or a number of evictions"
+
+
+def parse_arms(text: str, every_min: float, min_fall_milli: float) -> list[DefragSpec | None]:
+    """``off,wait,4``: the defragmentation arms to run (None: the plain replay), each planner run
+    ``every_min`` minutes apart (the caller checked both numbers)."""
+    arms: list[DefragSpec | None] = []
+    for part in text.split(","):
+        word = part.strip().lower()
+        if word == "off":
+            arms.append(None)
+        elif word == "wait" or word.isdigit():
+            arms.append(DefragSpec(every_min * 60, 0 if word == "wait" else int(word), min_fall_milli))
+        else:
+            raise UsageError(f"--defrag-budget {text!r}: accepted: a comma-separated list of {DEFRAG_ARMS}")
+    return list(dict.fromkeys(arms))
+
+
 def load_traces(paths: Sequence[Path], nodes: Path | None) -> list[Trace]:
     if not paths:
         if nodes is not None:
@@ -95,22 +115,50 @@ def simulate(
     reference: Path | None = None,
     with_bound: bool = False,
     quiet: bool = False,
+    defrag_budget: str | None = None,
+    defrag_every_min: float = 10.0,
+    defrag_min_fall_milli: float = 500.0,
 ) -> None:
     """``gpuslice simulate``: replay ``traces`` (none: the embedded scenario) through the packing
-    core, print the comparison and write it to ``out``. :class:`UsageError` for a rejected option.
+    core, print the comparison and write it to ``out``. With ``defrag_budget`` (arms such as
+    ``off,wait,4``, timed replays only) each run is repeated per arm and the defragmentation table
+    (:mod:`.defragtable`) is printed and written instead. :class:`UsageError` for a rejected option.
 
     The caller has checked the numbers and ``out`` (the composition root does, from the
     command line's text); this checks what needs the simulator: seeds, policies, replay
-    modes, and which inputs an option applies to.
+    modes, the defragmentation arms, and which inputs an option applies to.
     """
     console = _console()
     seed_list = parse_seeds(seeds)
     policies = parse_policies(policy)
     if replay is not None and replay not in REPLAY_MODES:
         raise UsageError(f"--replay {replay!r}: accepted: {', '.join(REPLAY_MODES)}")
+    arms = None if defrag_budget is None else parse_arms(defrag_budget, defrag_every_min, defrag_min_fall_milli)
     loaded = load_traces(traces, nodes)
     if with_bound and all((replay or t.replay) != ARRIVALS for t in loaded):
         raise UsageError("--bound: the LP bound covers arrivals only, and every input here replays timed")
+    if arms is not None:
+        for t in loaded:
+            if (replay or t.replay) != TIMED:
+                raise UsageError(
+                    f"--defrag-budget needs simulated time: {t.name} replays {replay or t.replay}; "
+                    f"give --replay {TIMED}"
+                )
+        specs = [
+            RunSpec(t, p, s, replay, inflate, shuffle, defrag=a)
+            for t in loaded
+            for p in policies
+            for s in seed_list
+            for a in arms
+        ]
+        results = run_all(specs, workers or default_workers(), Console(stderr=True), show_progress=not quiet)
+        recorded = defragtable.rows(results)
+        console.print(defragtable.table(defragtable.summary(recorded)))
+        if out is not None:
+            path = out / defragtable.DEFRAG_FILE
+            write_csv(path, defragtable.COLUMNS, recorded)
+            console.print(f"wrote {path}")
+        return
     ref: Reference | None = load_reference(reference) if reference is not None else None
     specs = [RunSpec(t, p, s, replay, inflate, shuffle) for t in loaded for p in policies for s in seed_list]
     results = run_all(specs, workers or default_workers(), Console(stderr=True), show_progress=not quiet)

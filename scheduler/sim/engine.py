@@ -4,7 +4,9 @@ The loop tells the policy of each pod once, on arrival (``observe``), hands it t
 (``Board.best``: fit, place, score, tie-break by node rank) and applies the winning
 allocation (``NodeState.apply``); it knows no policy by name: a policy gets the run's
 :class:`~scheduler.core.policies.base.Context` (seed, the trace's typical workload) and
-uses what it needs. After every event it records the GPU requested so far (dropped pods included),
+uses what it needs. With ``defrag`` (timed replay), pods that fit nowhere wait for the next run of
+the defragmentation planner (:mod:`.defrag`) instead of being turned away at once. After every
+event it records the GPU requested so far (dropped pods included),
 the GPU allocated, the fragmentation against the trace's typical workload and the idle
 GPU, all in milli-GPU.
 """
@@ -25,10 +27,11 @@ from scheduler.core.errors import RecordError
 from scheduler.core.fit import fit
 from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
 from scheduler.core.policies import Context, Policy, make_policy
-from scheduler.core.request import Demand, GpuKind
+from scheduler.core.request import MILLI, Demand, GpuKind
 from scheduler.core.state import NodeState
 
-from .model import ARRIVALS, REPLAY_MODES, Trace, request_milli
+from .defrag import Defragmenter, DefragSpec
+from .model import ARRIVALS, REPLAY_MODES, TIMED, SimPod, Trace, request_milli
 from .protocol import events as make_events
 from .protocol import node_ranks
 
@@ -51,6 +54,12 @@ class RunResult:
     placements: list[tuple[str, str | None]] = field(default_factory=list)  # (pod, node or None), arrivals only
     failed_by_kind: dict[str, int] = field(default_factory=dict)  # dropped pods per kind (share, 1-gpu, ...)
     gpus_used: int = 0  # GPUs holding at least one share at the end
+    gpu_hours: float = 0.0  # GPU held over simulated time (timed replay; 0 with arrivals only)
+    evictions: int = 0  # pods the defragmentation planner evicted
+    moves: int = 0  # its moves
+    evicted_lost: int = 0  # evicted pods that found no place again in time
+    waited_in: int = 0  # pods that waited for a planner run and then got in
+    defrag: DefragSpec | None = None
 
 
 def build_policy(name: str, seed: int, workload: TypicalWorkload, options: dict[str, Any] | None = None) -> Policy:
@@ -76,6 +85,66 @@ def initial_states(trace: Trace) -> list[NodeState]:
     return list(states.values())
 
 
+class Replay:
+    """The changing side of one run: the board, what each running pod holds, and the totals the
+    record reads (allocated, fragmented and idle milli-GPU, and allocated milli-GPU-seconds)."""
+
+    def __init__(self, board: Board, measure: Fragmentation, policy: Policy) -> None:
+        self.board, self.measure, self.policy = board, measure, policy
+        self.node_frag = {s.node.name: measure.node_frag(s) for s in board.states}
+        self.node_idle = {s.node.name: s.free_milli() for s in board.states}
+        self.frag_total = sum(self.node_frag.values())
+        self.idle_total = sum(self.node_idle.values())
+        self.allocated_total = sum(allocated_milli(a) for s in board.states for _, a in s.pods)
+        self.where: dict[str, tuple[str, int]] = {}  # pod -> (node, milli-GPU it holds)
+        self.running: dict[str, SimPod] = {}
+        self.now = 0.0
+        self.milli_seconds = 0.0
+
+    def advance(self, time: float) -> None:
+        """Simulated time moves on to ``time``: the GPU held meanwhile is counted."""
+        if time > self.now:
+            self.milli_seconds += self.allocated_total * (time - self.now)
+            self.now = time
+
+    def _refresh(self, state: NodeState) -> None:
+        name = state.node.name
+        value, free = self.measure.node_frag(state), state.free_milli()
+        self.frag_total += value - self.node_frag[name]
+        self.idle_total += free - self.node_idle[name]
+        self.node_frag[name], self.node_idle[name] = value, free
+
+    def place(self, pod: SimPod) -> str | None:
+        """Place ``pod`` where the policy puts it; its node, or None if it fits nowhere."""
+        choice = self.board.best(self.policy, pod.demand)
+        if choice is None:
+            return None
+        state = self.board.get(choice.node)
+        assert state is not None
+        after = state.apply(pod.name, choice.allocation)
+        self.board.put(after)
+        took = allocated_milli(choice.allocation)
+        self.allocated_total += took
+        self.where[pod.name] = (choice.node, took)
+        self.running[pod.name] = pod
+        self._refresh(after)
+        return choice.node
+
+    def release(self, name: str) -> bool:
+        """``name`` leaves (or is evicted); False if it held nothing."""
+        held = self.where.pop(name, None)
+        if held is None:
+            return False
+        self.running.pop(name, None)
+        state = self.board.get(held[0])
+        assert state is not None
+        after = state.release(name)
+        self.board.put(after)
+        self.allocated_total -= held[1]
+        self._refresh(after)
+        return True
+
+
 def simulate(
     trace: Trace,
     policy_name: str,
@@ -87,11 +156,15 @@ def simulate(
     progress: Progress | None = None,
     policy_options: dict[str, Any] | None = None,
     ranks: dict[str, int] | None = None,
+    defrag: DefragSpec | None = None,
 ) -> RunResult:
-    """Run ``policy_name`` over ``trace`` with ``seed``; ``ranks`` overrides the seeded node ranks."""
+    """Run ``policy_name`` over ``trace`` with ``seed``; ``ranks`` overrides the seeded node ranks;
+    ``defrag`` runs the defragmentation planner every so often (timed replay only, see :mod:`.defrag`)."""
     replay = replay or trace.replay
     if replay not in REPLAY_MODES:
         raise ValueError(f"unknown replay mode {replay!r}; accepted: {', '.join(REPLAY_MODES)}")
+    if defrag is not None and replay != TIMED:
+        raise ValueError(f"defragmentation needs simulated time: replay {TIMED}, not {replay}")
     inflate = trace.inflate if inflate is None else inflate
     shuffle = trace.shuffle if shuffle is None else shuffle
     started = time.perf_counter()
@@ -101,76 +174,70 @@ def simulate(
     policy = build_policy(policy_name, seed, workload, policy_options)
     sequence = make_events(trace, rng, replay, inflate, shuffle)
     seeded_ranks = node_ranks(trace.nodes, rng)
-    board = Board(initial_states(trace), ranks if ranks is not None else seeded_ranks)
+    order = ranks if ranks is not None else seeded_ranks
+    run = Replay(Board(initial_states(trace), order), measure, policy)
+    waiting = Defragmenter(defrag, run, order) if defrag is not None else None
     reference = trace.reference_memory_mib()
-
-    node_frag = {s.node.name: measure.node_frag(s) for s in board.states}
-    node_idle = {s.node.name: s.free_milli() for s in board.states}
-    frag_total = sum(node_frag.values())
-    idle_total = sum(node_idle.values())
-    allocated_total = sum(allocated_milli(a) for s in board.states for _, a in s.pods)
     arrived_total = 0
-    where: dict[str, tuple[str, int]] = {}
 
     n = len(sequence) + 1
     arrived = np.zeros(n, dtype=np.int64)
     allocated = np.zeros(n, dtype=np.int64)
     frag = np.zeros(n, dtype=np.float64)
     idle = np.zeros(n, dtype=np.int64)
-    arrived[0], allocated[0], frag[0], idle[0] = 0, allocated_total, frag_total, idle_total
+    arrived[0], allocated[0], frag[0], idle[0] = 0, run.allocated_total, run.frag_total, run.idle_total
     placements: list[tuple[str, str | None]] = []
     failed_by_kind: dict[str, int] = {}
     failed = placed = 0
     step = max(1, len(sequence) // 200)
 
-    def refresh(state: NodeState) -> None:
-        nonlocal frag_total, idle_total
-        name = state.node.name
-        value, free = measure.node_frag(state), state.free_milli()
-        frag_total += value - node_frag[name]
-        idle_total += free - node_idle[name]
-        node_frag[name], node_idle[name] = value, free
-
     for k, event in enumerate(sequence, start=1):
+        if waiting is not None:
+            waiting.until(event.time)
+        run.advance(event.time)
         pod = event.pod
         if event.leave:
-            held = where.pop(pod.name, None)
-            if held is not None:
-                state = board.get(held[0])
-                assert state is not None
-                after = state.release(pod.name)
-                board.put(after)
-                allocated_total -= held[1]
-                refresh(after)
+            run.release(pod.name)
+            if waiting is not None:
+                waiting.left(pod.name)
         else:
             demand = pod.demand
             arrived_total += request_milli(demand, reference)
             observe = getattr(policy, "observe", None)
             if observe is not None:
                 observe(demand)
-            choice = board.best(policy, demand)
-            if choice is None:
+            node = run.place(pod)
+            if node is None and waiting is not None:
+                waiting.hold(pod)
+            elif node is None:
                 failed += 1
                 if replay == ARRIVALS:
                     placements.append((pod.name, None))
                 kind = pod_kind(demand)
                 failed_by_kind[kind] = failed_by_kind.get(kind, 0) + 1
             else:
-                state = board.get(choice.node)
-                assert state is not None
-                after = state.apply(pod.name, choice.allocation)
-                board.put(after)
-                took = allocated_milli(choice.allocation)
-                allocated_total += took
-                where[pod.name] = (choice.node, took)
                 placed += 1
-                refresh(after)
                 if replay == ARRIVALS:
-                    placements.append((pod.name, choice.node))
-        arrived[k], allocated[k], frag[k], idle[k] = arrived_total, allocated_total, frag_total, idle_total
+                    placements.append((pod.name, node))
+        arrived[k], allocated[k], frag[k], idle[k] = arrived_total, run.allocated_total, run.frag_total, run.idle_total
         if progress is not None and (k % step == 0 or k == len(sequence)):
             progress(k, len(sequence))
 
+    extra: dict[str, Any] = {}
+    if waiting is not None:
+        waiting.finish()
+        failed += len(waiting.turned_away)
+        placed += waiting.admitted
+        for pod in waiting.turned_away:
+            kind = pod_kind(pod.demand)
+            failed_by_kind[kind] = failed_by_kind.get(kind, 0) + 1
+        extra = {
+            "evictions": waiting.evictions,
+            "moves": waiting.moves,
+            "evicted_lost": waiting.lost,
+            "waited_in": waiting.admitted,
+            "defrag": defrag,
+        }
     return RunResult(
         trace.name,
         policy_name,
@@ -185,7 +252,9 @@ def simulate(
         time.perf_counter() - started,
         placements,
         failed_by_kind,
-        sum(1 for s in board.states for u in s.usage if u.shares),
+        sum(1 for s in run.board.states for u in s.usage if u.shares),
+        gpu_hours=run.milli_seconds / MILLI / 3600,
+        **extra,
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from .defrag import DefragSpec
 from .engine import RunResult, simulate
 from .model import Trace
 
@@ -31,10 +32,12 @@ class RunSpec:
     inflate: float | None = None
     shuffle: bool | None = None
     policy_options: dict[str, Any] = field(default_factory=dict)
+    defrag: DefragSpec | None = None
 
     @property
     def label(self) -> str:
-        return f"{self.trace.name} {self.policy} seed {self.seed}"
+        arm = "" if self.defrag is None else f" defrag {self.defrag.budget}"
+        return f"{self.trace.name} {self.policy} seed {self.seed}{arm}"
 
 
 def _run(spec: RunSpec, index: int, progress: Any) -> tuple[int, RunResult]:
@@ -51,6 +54,7 @@ def _run(spec: RunSpec, index: int, progress: Any) -> tuple[int, RunResult]:
         shuffle=spec.shuffle,
         progress=report,
         policy_options=spec.policy_options or None,
+        defrag=spec.defrag,
     )
     return index, result
 
@@ -92,6 +96,7 @@ def run_all(
                     shuffle=spec.shuffle,
                     progress=step,
                     policy_options=spec.policy_options or None,
+                    defrag=spec.defrag,
                 )
             return [r for r in results if r is not None]
         context = multiprocessing.get_context("spawn")

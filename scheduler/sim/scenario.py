@@ -31,7 +31,7 @@ See ``simulations/README.md`` for the full format. In short::
           - {weight: 1, cpu: 8, memory: 32Gi, gpu: {mig: 3g.40gb}}
 
 A pod's ``gpu`` uses the same keys as the pod annotations (``fraction``, ``memory``,
-``compute``, ``count``, ``mig``, ``sharing``, ``models``) and is parsed by the core's
+``compute``, ``count``, ``mig``, ``sharing``, ``models``, ``nvlink``) and is parsed by the core's
 request parser, so a scenario accepts exactly what the extender accepts. Every error
 names the file, the line and the field.
 """
@@ -66,6 +66,7 @@ GPU_KEYS = {
     "mig": "mig-profile",
     "sharing": "sharing",
     "models": "gpu-model",
+    "nvlink": "nvlink",
 }
 
 

@@ -23,6 +23,8 @@ HOSTNAME = "/etc/hostname"  # a file every Linux machine has: readable, and not 
 NUMBER = "a whole number from 0 to 65535"
 INFLATE = "0 (as given) or a ratio up to 10, such as 1.3"
 SEEDS = "a seed (42), a list (42,43) or a range (42-51), at most 1000 seeds"
+ARMS = "off (the plain replay), wait (budget 0: pods wait for the planner, no move) or a number of evictions"
+EVERY = "minutes of simulated time from 0.1 to 525600, such as 10"
 URL = "a URL such as http://127.0.0.1:8686 (http or https, a host, an optional port)"
 
 SERVE = [
@@ -86,6 +88,28 @@ SIMULATE = [
         ["--bound", "--replay", "timed"],
         "--bound with --replay timed: the LP bound covers arrivals only; drop one of them",
     ),
+    (["--defrag-budget", "some"], f"--defrag-budget 'some': accepted: a comma-separated list of {ARMS}"),
+    (["--defrag-budget", "4,-1"], f"--defrag-budget '4,-1': accepted: a comma-separated list of {ARMS}"),
+    (["--defrag-budget", "4", "--defrag-every", "0"], f"--defrag-every '0': accepted: {EVERY}"),
+    (["--defrag-budget", "4", "--defrag-every", "nan"], f"--defrag-every 'nan': accepted: {EVERY}"),
+    (
+        ["--defrag-budget", "4", "--defrag-min-fall", "-1"],
+        "--defrag-min-fall '-1': accepted: milli-GPU, 0 or more, such as 500",
+    ),
+    (["--defrag-every", "5"], "--defrag-every needs --defrag-budget (the arms to run, such as off,wait,4)"),
+    (["--defrag-min-fall", "5"], "--defrag-min-fall needs --defrag-budget (the arms to run, such as off,wait,4)"),
+    (
+        ["--defrag-budget", "4", "--replay", "arrivals"],
+        "--defrag-budget with --replay arrivals: the planner needs simulated time; give --replay timed",
+    ),
+    (
+        ["--defrag-budget", "4", "--reference", "/"],
+        "--reference with --defrag-budget: the defragmentation table has no paper curves; drop one",
+    ),
+    (
+        ["--defrag-budget", "4"],
+        "--defrag-budget needs simulated time: small-mixed replays arrivals; give --replay timed",
+    ),
 ]
 BOUND = [
     (["--at", "0"], "--at '0': accepted: a whole percent from 1 to 1000 (arrivals reach 100 x the inflation)"),
@@ -138,6 +162,33 @@ SWEEP = [
     ([HOSTNAME, "--data", "/nonexistent"], "--data '/nonexistent': no such folder"),
     ([HOSTNAME, "--reference", "/nonexistent"], "--reference '/nonexistent': no such folder"),
 ]
+NAMESPACE = "a namespace name (lower-case letters, digits and '-')"
+DEFRAG = [
+    (["--cluster-file", "/nonexistent.yaml"], "--cluster-file '/nonexistent.yaml': no such file"),
+    (["--config", "/nonexistent.yaml"], "--config '/nonexistent.yaml': no such file"),
+    (["--kubeconfig", "/nonexistent"], "--kubeconfig '/nonexistent': no such file"),
+    (
+        ["--kubeconfig", HOSTNAME, "--cluster-file", "example"],
+        "--kubeconfig with --cluster-file: a cluster file needs no cluster; give one of them",
+    ),
+    (
+        ["--api-url", "http://127.0.0.1:9", "--cluster-file", "example"],
+        "--api-url with --cluster-file: a cluster file needs no cluster; give one of them",
+    ),
+    (
+        ["--api-url", "http://127.0.0.1:9", "--kubeconfig", HOSTNAME],
+        "--kubeconfig with --api-url: both name the cluster; give one of them",
+    ),
+    (["--api-url", "notaurl"], "API server URL 'notaurl' must start with http:// or https://"),
+    (["--namespace", "Bad_NS"], f"--namespace 'Bad_NS': accepted: {NAMESPACE}"),
+    (["--max-evictions", "abc"], "--max-evictions 'abc': accepted: a whole number from 0 to 1000"),
+    (["--max-evictions", "1001"], "--max-evictions '1001': accepted: a whole number from 0 to 1000"),
+    (["--policy", "tetris", "--cluster-file", "example"], f"--policy: unknown policy 'tetris'; accepted: {POLICIES}"),
+    (
+        ["--apply", "--cluster-file", "example"],
+        "--apply evicts pods of the live cluster; --cluster-file is a snapshot: give one or the other",
+    ),
+]
 REPORT = [
     (["/nonexistent"], "input '/nonexistent': no such folder"),
     (["/", "--reference", "/nonexistent"], "--reference '/nonexistent': no such folder"),
@@ -152,6 +203,7 @@ TABLES = {
     "demo": DEMO,
     "agent": AGENT,
     "advise": ADVISE,
+    "defrag": DEFRAG,
 }
 CASES = [(command, args, message) for command, table in TABLES.items() for args, message in table]
 
@@ -168,6 +220,13 @@ def test_a_service_that_cannot_be_reached_is_one_line_and_exit_1() -> None:
     assert result.exit_code == 1
     assert result.stderr.startswith("gpuslice inspect: cannot reach gpuslice at http://127.0.0.1:9: ")
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_a_cluster_that_cannot_be_reached_is_one_line_and_exit_1() -> None:
+    result = runner.invoke(app, ["defrag", "--api-url", "http://127.0.0.1:9"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("gpuslice defrag: cannot reach the cluster: list nodes: ")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr and result.stdout == ""
 
 
 def test_every_option_that_takes_a_value_has_a_row() -> None:

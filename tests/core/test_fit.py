@@ -50,6 +50,30 @@ def test_multi_gpu_prefers_the_best_connected_set() -> None:
     assert [s.index for s in plain.allocations[0].shares] == [0, 1, 2]
 
 
+def test_nvlink_required_takes_gpus_joined_pairwise() -> None:
+    # Links (0,1), (1,2), (2,3), (1,3): the only triangle is {1,2,3}; {0,1,2} is a path, not joined pairwise.
+    devices = tuple(make_device(i, uuid=f"g{i}") for i in range(4))
+    node = Node("n", 64_000, 512_000, devices, nvlink=frozenset({(0, 1), (1, 2), (2, 3), (1, 3)}))
+    required = Demand(0, 0, GpuRequest(GpuKind.WHOLE, 3, nvlink=True))
+    state = NodeState.empty(node)
+    assert [s.index for s in fit(required, state).allocations[0].shares] == [1, 2, 3]
+    # with GPU 3 taken, no three free GPUs are joined pairwise: the largest such set is a pair
+    state = state.apply("a", fit(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 1)), state).allocations[3])
+    assert fit(required, state).reason == "needs 3 GPUs joined by NVLink, 2 available"
+    # preferred (the default) still takes the best connected three
+    assert [s.index for s in fit(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 3)), state).allocations[0].shares] == [
+        0,
+        1,
+        2,
+    ]
+    # no topology at all: a required pair never fits, a single GPU always does
+    plain = make_state(gpus=4)
+    assert fit(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 2, nvlink=True)), plain).reason == (
+        "needs 2 GPUs joined by NVLink, 1 available"
+    )
+    assert fit(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 1, nvlink=True)), plain)
+
+
 def test_multi_gpu_count_reason() -> None:
     state = make_state(gpus=2)
     state = state.apply("a", fit(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 1)), state).allocations[0])

@@ -107,6 +107,22 @@ def test_selectors() -> None:
     assert parse_pod(pod(annotations={"gpu-fraction": "0.5", "sharing": "any"})).demand.gpu.sharing == frozenset()
 
 
+def test_nvlink_required_or_preferred() -> None:
+    def nvlink(**annotations: str) -> bool:
+        return parse_pod(pod(annotations=annotations)).demand.gpu.nvlink
+
+    assert nvlink(**{"gpu-count": "4", "nvlink": "required"})
+    assert nvlink(**{"gpu-fraction": "0.5", "gpu-count": "2", "nvlink": " Required "})
+    assert not nvlink(**{"gpu-count": "4", "nvlink": "preferred"})
+    assert not nvlink(**{"gpu-count": "4"})
+    assert not nvlink(**{"mig-profile": "1g.10gb", "nvlink": "preferred"})
+    # with the resource form too
+    assert parse_pod(pod(annotations={"nvlink": "required"}, gpus=2)).demand.gpu.nvlink
+    assert parse_pod(pod(annotations={"gpu-count": "2", "nvlink": "required"})).demand.gpu.describe() == (
+        "2 whole GPUs joined by NVLink"
+    )
+
+
 def test_policy_override_and_its_validation() -> None:
     assert parse_pod(pod(annotations={"gpu-count": "1", "policy": "binpack"}), policies=["binpack"]).policy == "binpack"
     with pytest.raises(RequestError, match=r"gpuslice.io/policy.*'nope'.*binpack"):
@@ -153,6 +169,9 @@ def test_output_annotations_are_not_requests() -> None:
         ({}, {"nvidia.com/gpu": "two"}, "spec.containers[0].resources nvidia.com/gpu", "whole number"),
         ({}, {"nvidia.com/mig-3g.40gb": 2}, "nvidia.com/mig-3g.40gb", "one MIG instance per pod"),
         ({}, {"nvidia.com/mig-9g.1gb": 1}, "nvidia.com/mig-9g.1gb", "profile some MIG-capable model offers"),
+        ({"gpu-count": "4", "nvlink": "yes"}, {}, "gpuslice.io/nvlink", "required"),
+        ({"nvlink": "required"}, {}, "gpuslice.io/nvlink", "only beside a GPU request"),
+        ({"mig-profile": "3g.40gb", "nvlink": "required"}, {}, "gpuslice.io/nvlink", "one instance, one GPU"),
     ],
 )
 def test_malformed_requests_name_key_value_and_accepted_forms(

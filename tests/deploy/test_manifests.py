@@ -29,6 +29,7 @@ MODELS: dict[tuple[str, str], type[BaseModel]] = {
     ("apps/v1", "Deployment"): k8s.V1Deployment,
     ("apps/v1", "DaemonSet"): k8s.V1DaemonSet,
     ("batch/v1", "Job"): k8s.V1Job,
+    ("batch/v1", "CronJob"): k8s.V1CronJob,
     ("policy/v1", "PodDisruptionBudget"): k8s.V1PodDisruptionBudget,
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): k8s.V1ClusterRole,
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): k8s.V1ClusterRoleBinding,

@@ -23,7 +23,7 @@ def expand(rules: list[dict[str, Any]]) -> list[Triple]:
     return out
 
 
-ACCOUNTS = ("gpuslice", "gpuslice-agent")  # the service's and the node agent's
+ACCOUNTS = ("gpuslice", "gpuslice-agent", "gpuslice-defrag")  # the service's, the node agent's, the defrag job's
 
 
 def account(name: str = "gpuslice") -> dict[str, str]:
@@ -94,6 +94,7 @@ def test_no_other_roles() -> None:
         ("Role", "gpuslice"),
         ("Role", "gpuslice-scheduler-leader-election"),
         ("ClusterRole", "gpuslice-agent"),
+        ("ClusterRole", "gpuslice-defrag"),
     }
     assert set(bound_roles()) == {
         ("ClusterRoleBinding", "", "gpuslice"),
@@ -127,3 +128,22 @@ def test_the_agent_role_grants_exactly_the_calls_of_the_node_api() -> None:
     }
     daemonset = find("DaemonSet", "gpuslice-agent")
     assert daemonset["spec"]["template"]["spec"]["serviceAccountName"] == "gpuslice-agent"
+
+
+def test_the_defrag_account_may_evict_and_exactly_as_its_code_does() -> None:
+    from scheduler.kube import API_CALLS, DEFRAG_API_CALLS
+
+    granted = expand(find("ClusterRole", "gpuslice-defrag")["rules"])
+    assert len(granted) == len(set(granted))
+    assert set(granted) == set(DEFRAG_API_CALLS)
+    assert ("create", "", "pods/eviction") in DEFRAG_API_CALLS
+    assert ("create", "", "pods/eviction") not in API_CALLS  # the always-on service cannot evict
+    assert bound_roles("gpuslice-defrag") == {
+        ("ClusterRoleBinding", "", "gpuslice-defrag"): {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "gpuslice-defrag",
+        }
+    }
+    job = find("CronJob", "gpuslice-defrag")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert job["serviceAccountName"] == "gpuslice-defrag"

@@ -330,6 +330,7 @@ def test_trusted_service_account_comes_from_the_environment() -> None:
         ({"gpu-fraction": "0.5", "policy": "fastest"}, {}, ["gpuslice.io/policy", "binpack, spread"]),
         ({"gpu-fraction": "0.5"}, {"nvidia.com/gpu": "1"}, ["nvidia.com/gpu", "not both"]),
         ({}, {"nvidia.com/mig-3g.40gb": "2"}, ["nvidia.com/mig-3g.40gb", "one MIG instance per pod"]),
+        ({"gpu-count": "4", "nvlink": "always"}, {}, ["gpuslice.io/nvlink", "'always'", "required", "preferred"]),
     ],
 )
 def test_a_malformed_request_is_denied_with_the_parser_message(

@@ -22,6 +22,7 @@ from scheduler.extender.app import create_app
 from scheduler.extender.config import ENV_FIELDS, ENV_PREFIX, ServeConfig, load_config
 from scheduler.extender.service import Extender
 from scheduler.filebackend import FileBackend, example_path
+from scheduler.sim import defragtable
 from scheduler.sim.datasets import OPENB_ENV, OPENB_IN_CHECKOUT, RESULTS_ENV, RESULTS_IN_CHECKOUT
 from scheduler.sim.report import rows_from_files
 from tests.deploy.manifests import find
@@ -287,3 +288,42 @@ def test_the_scenario_tables_are_the_recorded_ones() -> None:
             recorded[p]["unallocated"] for p in ("fgd-cpu", "fgd", "binpack")
         ]
         assert [plain(c) for c in failed[1:]] == [recorded[p]["failed"] for p in ("fgd-cpu", "fgd", "binpack")]
+
+
+def defrag_summary() -> dict[tuple[str, str, str], dict[str, object]]:
+    recorded = [row for path in sorted((SIMULATIONS / "defrag").glob("*.csv")) for row in defragtable.read(path)]
+    return {(str(r["trace"]), str(r["policy"]), str(r["arm"])): r for r in defragtable.summary(recorded)}
+
+
+def test_the_defragmentation_table_is_the_recorded_one() -> None:
+    table = defragtable.markdown(list(defrag_summary().values()))
+    assert table in (SIMULATIONS / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_readme_defragmentation_figures_are_the_recorded_ones() -> None:
+    """The README's sentence on the planner (4 evictions a run against waiting alone) from the recorded runs."""
+    rows = defrag_summary()
+    scenarios = ("h100-mig-departures", "inference-mps-ts")
+
+    def fewer(trace: str, policy: str) -> str:
+        waited = float(str(rows[(trace, policy, "wait")]["turned_away"]))
+        planned = float(str(rows[(trace, policy, "4")]["turned_away"]))
+        return f"{100 * (waited - planned) / waited:.0f}%"
+
+    def figure(trace: str, policy: str, key: str) -> float:
+        return float(str(rows[(trace, policy, "4")][key]))
+
+    more = [
+        100 * (figure(t, p, "gpu_hours") / float(str(rows[(t, p, "wait")]["gpu_hours"])) - 1)
+        for t in scenarios
+        for p in ("binpack", "fgd")
+    ]
+    spent = [figure(t, p, "evictions") for t in scenarios for p in ("binpack", "fgd")]
+    mig, mps = scenarios
+    expected = (
+        f"the planner turns away {fewer(mig, 'binpack')} (MIG) and {fewer(mps, 'binpack')} (MPS/time-slicing) "
+        f"fewer pods than waiting alone under binpack, {fewer(mig, 'fgd')} and {fewer(mps, 'fgd')} under FGD, and "
+        f"allocates {min(more):.0f}-{max(more):.0f}% more GPU-hours, for {min(spent):.0f} to {max(spent):.0f} "
+        "evictions per 2,000 pods"
+    )
+    assert expected in " ".join(prose(REPO / "README.md").split())

@@ -1,5 +1,6 @@
 """The recorded scenario results are what the code gives today: seed 1 of every policy recorded
-under simulations/ is run again and must match its row (test_docs.py holds the documents to
+under simulations/ is run again and must match its row, and so is seed 1 of the defragmentation
+table's binpack runs with 4 evictions a run, one per scenario (test_docs.py holds the documents to
 the recorded files; this holds the files to the code). The openb results need the Alibaba trace,
 which CI does not have: with it fetched (see the README), the same check runs on seed 42."""
 
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.sim import defragtable
 from scheduler.sim.datasets import openb_dir
+from scheduler.sim.defrag import DefragSpec
 from scheduler.sim.load import load_trace
 from scheduler.sim.metrics import summary_row
 from scheduler.sim.runner import RunSpec, run_all
@@ -44,6 +47,26 @@ def rerun(trace_path: Path, folder: str, seed: int) -> None:
 @pytest.mark.parametrize("folder", sorted(SCENARIOS))
 def test_the_recorded_scenarios_are_what_the_code_gives(folder: str) -> None:
     rerun(SCENARIOS[folder], folder, 1)
+
+
+DEFRAG_SCENARIOS = {
+    "h100-mig-departures": SIMULATIONS / "scenarios" / "h100-mig-departures.yaml",
+    "inference-mps-ts": SIMULATIONS / "scenarios" / "inference-mps-timeslicing.yaml",
+}
+DEFRAG_FIGURES = ("pods", "turned_away", "evicted_lost", "evictions", "moves", "waited_in", "gpu_hours")
+
+
+@pytest.mark.parametrize("trace", sorted(DEFRAG_SCENARIOS))
+def test_the_recorded_defragmentation_runs_are_what_the_code_gives(trace: str) -> None:
+    """Seed 1 of binpack with the planner (4 evictions every 10 minutes), one run per scenario."""
+    row = next(
+        r
+        for r in defragtable.read(SIMULATIONS / "defrag" / defragtable.DEFRAG_FILE)
+        if (r["trace"], r["policy"], r["seed"], r["arm"]) == (trace, "binpack", "1", "4")
+    )
+    spec = RunSpec(load_trace(DEFRAG_SCENARIOS[trace]), "binpack", 1, defrag=DefragSpec(600, 4, 500))
+    (again,) = defragtable.rows(run_all([spec], 1, show_progress=False))
+    assert {k: str(again[k]) for k in DEFRAG_FIGURES} == {k: row[k] for k in DEFRAG_FIGURES}
 
 
 OPENB = openb_dir(REPO)

@@ -75,6 +75,7 @@ def test_not_ready_before_the_first_sync_then_ready(tmp_path: Path) -> None:
         assert client.bind(pod, "a") == NOT_READY
         preempted = client.post("preempt", {"Pod": pod, "NodeNameToMetaVictims": {"a": {"Pods": []}}})
         assert not preempted["NodeNameToMetaVictims"]  # no candidates
+        assert client.request("GET", "/debug/defrag") == (503, b'{"error":"' + NOT_READY.encode() + b'"}')
         assert backend.pods()["default/p"]["spec"].get("nodeName") is None  # nothing was bound
         backend.release()
         wait_for(lambda: client.request("GET", "/readyz")[0] == 200, "ready after the sync")

@@ -23,7 +23,7 @@ second Binding, ``410`` for a compacted resourceVersion, and faults injected on 
 
 Verbs are the RBAC verbs (list, watch, get, create, update, patch, delete); resources are
 ``nodes``, ``pods``, ``pods/binding``, ``pods/eviction`` (policy/v1; ``api.evictions`` lists the
-bodies accepted) and ``configmaps``. Changes made through the Python
+bodies accepted, dry runs aside) and ``configmaps``. Changes made through the Python
 methods (``put_*``, ``delete_*``, ``set_pod_phase``) produce watch events like API writes,
 and are not counted in ``served``. Merge and strategic-merge patches are both applied as
 JSON merge patches (enough for maps such as annotations).
@@ -40,6 +40,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -521,9 +522,10 @@ class FakeApiServer:
             self._store("pods", merge_patch(pod, patch), "MODIFIED")
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
-    def evict(self, namespace: str, name: str, body: Json) -> Json:
+    def evict(self, namespace: str, name: str, body: Json, dry_run: bool = False) -> Json:
         """A policy/v1 Eviction with no PodDisruptionBudget in the way: the pod is deleted (a
-        budget that refuses is a fault: ``fault("create", "pods/eviction", status=429)``)."""
+        budget that refuses is a fault: ``fault("create", "pods/eviction", status=429)``); a dry
+        run (``dryRun=All``) checks the same and changes nothing."""
         with self._lock:
             pod = self._require("pods", f"{namespace}/{name}")
             if body.get("apiVersion") != "policy/v1" or body.get("kind") != "Eviction":
@@ -532,8 +534,9 @@ class FakeApiServer:
             actual = pod["metadata"].get("uid")
             if uid and uid != actual:
                 raise ApiFailure(409, f"Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}")
-            self.evictions.append(body)
-            self._store("pods", pod, "DELETED")
+            if not dry_run:
+                self.evictions.append(body)
+                self._store("pods", pod, "DELETED")
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def delete(self, resource: str, namespace: str, name: str) -> Json:
@@ -724,7 +727,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif verb == "create" and resource == "pods/binding":
             result = fake.bind(ns, name, body or {})
         elif verb == "create" and resource == "pods/eviction":
-            result = fake.evict(ns, name, body or {})
+            result = fake.evict(ns, name, body or {}, query.get("dryRun") == "All")
         elif verb == "create" and resource == "configmaps":
             result = fake.create_configmap(ns, body or {})
         elif verb == "create" and resource == "pods":
@@ -786,3 +789,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
         else:
             self.wfile.write(b"0\r\n\r\n")
+
+
+@contextlib.contextmanager
+def audited(calls: Iterable[tuple[str, str, str]], what: str) -> Iterator[FakeApiServer]:
+    """A fake API server that, once the test is done, must have served only ``calls`` (an
+    account's declared ``(verb, group, resource)`` triples, named ``what`` in the failure)."""
+    with FakeApiServer() as server:
+        yield server
+        served = server.served
+    declared = {(verb, resource) for verb, _, resource in calls}
+    assert served <= declared, f"calls served but missing from {what}: {sorted(served - declared)}"

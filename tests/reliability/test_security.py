@@ -259,6 +259,7 @@ ROUTES = {
     ("GET", "/metrics"),
     ("GET", "/debug/nodes"),
     ("GET", "/debug/nodes/{name}"),
+    ("GET", "/debug/defrag"),
 }
 
 
@@ -301,6 +302,8 @@ def test_only_trusted_networks_reach_the_verbs_and_debug(client: str) -> None:
         assert asgi(app, ("127.0.0.1", 40000), "POST", path, body).status_code == 200
     assert asgi(app, (client, 40000), "GET", "/debug/nodes").status_code == 403
     assert asgi(app, (client, 40000), "GET", "/debug/nodes/l4-mps").status_code == 403
+    assert asgi(app, (client, 40000), "GET", "/debug/defrag").status_code == 403
+    assert asgi(app, ("127.0.0.1", 40000), "GET", "/debug/defrag").status_code == 200
     for method, path in (("GET", "/metrics"), ("GET", "/healthz"), ("GET", "/readyz")):
         assert asgi(app, (client, 40000), method, path).status_code == 200, path
     assert asgi(app, (client, 40000), "POST", "/mutate", review(review_pod())).status_code == 200
@@ -326,6 +329,7 @@ def test_only_bind_changes_the_allocation_state(api: CountingApiServer, replicas
         ("POST", "/validate", review(pod)),
         ("GET", "/debug/nodes", None),
         ("GET", "/debug/nodes/n1", None),
+        ("GET", "/debug/defrag", None),
         ("GET", "/metrics", None),
         ("GET", "/healthz", None),
         ("GET", "/readyz", None),

@@ -1,0 +1,159 @@
+"""The preempt verb's decision, node by node: which of kube-scheduler's proposed victims to keep.
+
+kube-scheduler proposes victims per node by its own filters (CPU, memory, pod room, affinity,
+ports, ...) and by priority; it cannot see GPU shares. Per candidate node gpuslice answers a
+subset of the proposal (never a pod kube-scheduler did not name: it maps each UID back to a
+pod on that node and fails the call otherwise):
+
+* a victim that holds no share gpuslice counts on the node (a pod without a GPU request, or
+  one another scheduler placed), and a victim whose UID gpuslice does not know (a pod created
+  since its last watch event), is kept: kube-scheduler chose it for a reason gpuslice cannot
+  judge, and releasing it frees no share gpuslice sees;
+* among the victims that hold shares, the fewest whose release lets the pod fit
+  (:func:`scheduler.core.preempt.choose_victims`: one concrete share, then the least important,
+  then the least GPU), with the node's CPU, memory and pod room counted over every live pod on
+  it, the pods gpuslice does not place included (from their requests): a victim kube-scheduler
+  needed for CPU or memory is never given back. If a pod on the node has requests gpuslice
+  cannot read, its CPU and memory are unknown: the node keeps the whole proposal when evicting
+  it frees a share, else it is dropped;
+* a node gpuslice does not know, or where no subset of the proposal frees a share, is dropped;
+* a node where the pod fits with no victim at all (kube-scheduler proposed them for its own
+  reasons) keeps the proposal as it is: kube-scheduler refuses an answer without victims;
+* NumPDBViolations: kube-scheduler counts the violations of its proposal, not which victims
+  cause them; the answer keeps its count, at most the number of victims answered (as if every
+  violating victim were among those kept: never fewer than there may be).
+
+The work per call is bounded: ``budget`` fit questions shared by the nodes (each gets at least
+:data:`MIN_PER_NODE`); past a node's share its answer is still minimal under inclusion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.core.allocation import Allocation
+from scheduler.core.errors import RecordError, RequestError
+from scheduler.core.fit import fit
+from scheduler.core.pods import has_ended, priority_of
+from scheduler.core.preempt import Candidate, choose_victims
+from scheduler.core.request import Demand, parse_pod
+from scheduler.core.state import NodeState
+
+from .cache import ClusterCache
+from .wire import NodeVictims
+
+BUDGET = 20_000  # fit questions per preempt call: about 0.1 to 1 s of work
+MIN_PER_NODE = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One node's answer: the victims' UIDs kept (empty: the node is dropped), the violations
+    answered, and why, in words (for the log)."""
+
+    uids: tuple[str, ...]
+    pdb_violations: int
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    """What the decision needs of one node, copied from the cache under its lock."""
+
+    state: NodeState | None
+    problem: str
+    keys: Mapping[str, str]  # victim UID -> pod key, for the UIDs the cache knows
+    priorities: Mapping[str, int]  # pod key -> spec.priority
+    others: Sequence[tuple[str, Mapping[str, Any]]]  # live pods on the node the state does not hold
+
+
+def _gather(cache: ClusterCache, proposal: Mapping[str, NodeVictims]) -> dict[str, _Node]:
+    """Everything the decision reads of the cache, in one pass over its pods (under its lock)."""
+    wanted = set(proposal)
+    with cache.lock:
+        others: dict[str, list[tuple[str, Mapping[str, Any]]]] = {name: [] for name in wanted}
+        states = {name: cache.state(name) for name in wanted}
+        held = {name: {k for k, _ in state.pods} for name, state in states.items() if state is not None}
+        for key, view in cache.pods.items():
+            on_node = held.get(view.node)
+            if on_node is not None and key not in on_node and not has_ended(view.obj):
+                others[view.node].append((key, view.obj))
+        out: dict[str, _Node] = {}
+        for name, victims in proposal.items():
+            keys: dict[str, str] = {}
+            priorities: dict[str, int] = {}
+            for uid in victims.uids:
+                found = cache.key_of_uid(uid)
+                if found is not None:
+                    keys[uid] = found
+                    pod = cache.pods.get(found)
+                    priorities[found] = priority_of(pod.obj) if pod is not None else 0
+            out[name] = _Node(states[name], cache.problem(name), keys, priorities, others[name])
+    return out
+
+
+def _host_complete(state: NodeState, others: Sequence[tuple[str, Mapping[str, Any]]], prefix: str) -> NodeState | None:
+    """``state`` with the CPU, memory and pod slot of every other live pod on the node (share-less
+    allocations from their requests); None if one's requests cannot be read or do not fit."""
+    for key, obj in others:
+        try:
+            demand = parse_pod(obj, prefix).demand
+            state = state.apply(key, Allocation(state.node.name, (), demand.cpu_milli, demand.memory_mib))
+        except (RequestError, RecordError):
+            return None
+    return state
+
+
+def decide(
+    demand: Demand,
+    proposal: Mapping[str, NodeVictims],
+    cache: ClusterCache,
+    prefix: str,
+    budget: int = BUDGET,
+) -> dict[str, Verdict]:
+    """Per proposed node, the victims to answer (see the module)."""
+    gathered = _gather(cache, proposal)
+    limit = max(MIN_PER_NODE, budget // max(1, len(proposal)))
+    return {name: _decide_node(demand, victims, gathered[name], prefix, limit) for name, victims in proposal.items()}
+
+
+def _decide_node(demand: Demand, victims: NodeVictims, node: _Node, prefix: str, limit: int) -> Verdict:
+    state = node.state
+    if state is None:
+        return Verdict((), 0, f"dropped: {node.problem or 'node unknown to gpuslice'}")
+    kept: list[str] = []  # UIDs kept whatever gpuslice decides
+    candidates: list[Candidate] = []
+    by_key: dict[str, str] = {}
+    for uid, given in zip(victims.uids, victims.priorities, strict=True):
+        key = node.keys.get(uid)
+        if key is None or state.allocation_of(key) is None:
+            kept.append(uid)
+            continue
+        candidates.append(Candidate(key, given if given is not None else node.priorities.get(key, 0)))
+        by_key[key] = uid
+    complete = _host_complete(state, node.others, prefix)
+    if complete is None:
+        for candidate in candidates:
+            state = state.release(candidate.key)
+        if not fit(demand, state):
+            return Verdict((), 0, "dropped: evicting every proposed victim frees no share")
+        return _verdict(victims, set(victims.uids), "whole proposal: a pod's requests on the node cannot be read")
+    for uid in kept:  # what kube-scheduler evicts anyway (pods without a share hold CPU and memory)
+        key = node.keys.get(uid)
+        if key is not None:
+            complete = complete.release(key)
+    choice = choose_victims(demand, complete, candidates, limit)
+    if isinstance(choice, str):
+        return Verdict((), 0, f"dropped: {choice}")
+    if not choice.victims and not kept:
+        return _verdict(victims, set(victims.uids), "whole proposal: the pod fits without evicting a pod with a share")
+    chosen = set(kept) | {by_key[k] for k in choice.victims}
+    how = "the fewest" if choice.fewest else "minimal (search bounded)"
+    return _verdict(victims, chosen, f"{len(choice.victims)} of {len(candidates)} victims with shares ({how})")
+
+
+def _verdict(victims: NodeVictims, chosen: set[str], why: str) -> Verdict:
+    uids = tuple(u for u in victims.uids if u in chosen)
+    return Verdict(uids, min(victims.pdb_violations, len(uids)), why)

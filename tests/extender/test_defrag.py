@@ -1,0 +1,101 @@
+"""/debug/defrag and ``gpuslice defrag`` on a cluster file: the plan, what may move, the options."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from scheduler.cli import app
+
+from .kit import cluster_file, fragmented_cluster, k8s_node, k8s_pod
+
+runner = CliRunner()
+
+
+def test_the_route_plans_the_one_move_that_lets_the_3g_in(serve: Any) -> None:
+    svc = serve(*fragmented_cluster(), defrag={"namespaces": ["serve"]})
+    got = svc.http.get("/debug/defrag").json()
+    (move,) = got["moves"]
+    assert (move["node"], move["evict"], move["admits"]) == ("mig-node", ["serve/a0"], "train/big")
+    assert move["frees"] == "GPU 0: 1g.10gb at slot 0; 1000m CPU"
+    assert move["allocation"]["devices"][0]["mig"] == "3g.40gb@0"
+    assert [landing["pod"] for landing in move["lands"]] == ["serve/a0"]
+    # the movers: a0, a4, b0, b4 (not ds, a DaemonSet's; not lonely, which nothing recreates)
+    assert (got["pending"], got["movable"], got["evictions"], got["stranded"]) == (1, 4, 1, [])
+    # planning changed nothing: the service's own view is as it was
+    assert {p["pod"] for p in svc.extender.describe("mig-node")[0]["pods"]} == {
+        f"serve/{k}" for k in ("a0", "a4", "ds", "b0", "lonely", "b4")
+    }
+
+
+def test_nothing_moves_outside_the_namespaces_opted_in(serve: Any) -> None:
+    svc = serve(*fragmented_cluster())  # no namespace opted in: the default
+    got = svc.http.get("/debug/defrag").json()
+    assert got["moves"] == [] and got["movable"] == 0
+    assert got["stranded"] == [{"pod": "train/big", "reason": "no move of at most 8 movable pods lets it in"}]
+    svc = serve(*fragmented_cluster(), defrag={"namespaces": ["train"]})
+    assert svc.http.get("/debug/defrag").json()["moves"] == []
+
+
+def test_the_command_prints_the_plan_of_a_cluster_file(tmp_path: Path) -> None:
+    path = cluster_file(tmp_path / "cluster.json", *fragmented_cluster())
+    result = runner.invoke(app, ["defrag", "--cluster-file", str(path), "-n", "serve"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "1 pending GPU pods, 4 pods that may move (controller-owned, in serve)"
+    assert lines[1] == (
+        "move 1: evict serve/a0 on mig-node (frees GPU 0: 1g.10gb at slot 0; 1000m CPU): lets train/big in; "
+        "expected to land: serve/a0 -> mig-node"
+    )
+    assert lines[-1] == "(a plan only: --apply evicts)"
+    as_json = runner.invoke(app, ["defrag", "--cluster-file", str(path), "-n", "serve", "--json"])
+    assert json.loads(as_json.output)["moves"][0]["evict"] == ["serve/a0"]
+    # a budget of no eviction plans nothing
+    none = runner.invoke(app, ["defrag", "--cluster-file", str(path), "-n", "serve", "--max-evictions", "0", "--json"])
+    assert json.loads(none.output)["moves"] == []
+
+
+def test_the_command_reads_the_services_file_without_its_serving_settings(tmp_path: Path) -> None:
+    path = cluster_file(tmp_path / "cluster.json", *fragmented_cluster())
+    config = tmp_path / "gpuslice.yaml"
+    config.write_text(
+        "host: 0.0.0.0\ntls_cert: /nowhere/tls.crt\ntls_key: /nowhere/tls.key\npolicy: {name: spread}\n"
+        "defrag: {namespaces: [serve], max_evictions: 2}\n"
+    )
+    result = runner.invoke(app, ["defrag", "--cluster-file", str(path), "--config", str(config), "--json"])
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.output)
+    assert got["namespaces"] == ["serve"] and got["maxEvictions"] == 2 and len(got["moves"]) == 1
+
+
+def test_bad_options_are_one_line(tmp_path: Path) -> None:
+    path = cluster_file(tmp_path / "cluster.json", k8s_node("n"), k8s_pod("p", gpu_fraction="0.5"))
+    for args, fragment in (
+        (["--apply"], "--apply evicts pods of the live cluster"),
+        (["-n", "Not A Namespace"], "--namespace 'Not A Namespace': accepted: a namespace name"),
+        (["--max-evictions", "-1"], "--max-evictions '-1': accepted: a whole number from 0 to 1000"),
+        (["--policy", "nope"], "unknown policy 'nope'"),
+    ):
+        result = runner.invoke(app, ["defrag", "--cluster-file", str(path), *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert fragment in result.output and "Traceback" not in result.output
+        assert result.output.startswith("gpuslice defrag: ")
+
+
+def test_a_pod_being_bound_is_not_pending(serve: Any) -> None:
+    from scheduler.core.fit import fit
+    from scheduler.core.request import parse_pod
+
+    small = k8s_pod("small", namespace="train", mig_profile="1g.10gb")
+    svc = serve(*fragmented_cluster(), small, defrag={"namespaces": ["serve"]})
+    assert svc.http.get("/debug/defrag").json()["pending"] == 2
+    cache = svc.extender.cache
+    with cache.lock:
+        state = cache.state("mig-node")
+    found = fit(parse_pod(small).demand, state)
+    cache.reserve("train/small", "uid-train-small", found.allocations[0])  # a bind decided, the watch not yet in
+    got = svc.http.get("/debug/defrag").json()
+    assert got["pending"] == 1 and [m["admits"] for m in got["moves"]] == ["train/big"]
