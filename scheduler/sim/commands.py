@@ -102,10 +102,14 @@ def simulate(
     inflate: Annotated[
         float | None,
         typer.Option(
-            help="Arrivals: grow the workload to this x GPU capacity "
-            "(default: the input's own, 1.3 for openb; 0: as given)."
+            help="Grow the workload to this x GPU capacity (arrivals default: the input's own, "
+            "1.3 for openb; timed: only when given; 0: as given)."
         ),
     ] = None,
+    compress: Annotated[
+        float,
+        typer.Option(help="Timed: divide creation times by this factor, durations kept (the load rises)."),
+    ] = 1.0,
     replay: Annotated[
         str | None,
         typer.Option(
@@ -141,11 +145,18 @@ def simulate(
             raise ValueError(f"--workers {workers}: accepted: 1 or more")
         if inflate is not None and inflate < 0:
             raise ValueError(f"--inflate {inflate}: accepted: 0 (as given) or a positive ratio such as 1.3")
+        if not compress > 0:
+            raise ValueError(f"--compress {compress}: accepted: a positive factor (1: times as recorded)")
         loaded = load_traces(traces, nodes)
         ref: Reference | None = load_reference(reference) if reference is not None else None
     except (GpusliceError, ValueError) as exc:
         raise _fail(str(exc)) from None
-    specs = [RunSpec(t, p, s, replay, inflate, shuffle) for t in loaded for p in policies for s in seed_list]
+    specs = [
+        RunSpec(t, p, s, replay, inflate, shuffle, compress=compress)
+        for t in loaded
+        for p in policies
+        for s in seed_list
+    ]
     try:
         results = run_all(specs, workers or default_workers(), Console(stderr=True), show_progress=not quiet)
     except GpusliceError as exc:

@@ -27,7 +27,7 @@ from scheduler.core.request import Demand, GpuKind
 from scheduler.core.select import Scoreboard
 from scheduler.core.state import NodeState
 
-from .model import ARRIVALS, REPLAY_MODES, Trace, request_milli
+from .model import ARRIVALS, REPLAY_MODES, TIMED, Trace, request_milli
 from .protocol import events as make_events
 from .protocol import node_ranks
 
@@ -49,6 +49,7 @@ class RunResult:
     wall_seconds: float
     placements: list[tuple[str, str | None]] = field(default_factory=list)  # (pod, node or None), arrivals only
     failed_by_kind: dict[str, int] = field(default_factory=dict)  # dropped pods per kind (share, 1-gpu, ...)
+    gpu_hours: float = 0.0  # timed replays: allocated GPU integrated over time (0 when all events are at time 0)
 
 
 def build_policy(name: str, seed: int, workload: TypicalWorkload, options: dict[str, Any] | None = None) -> Policy:
@@ -96,11 +97,20 @@ def simulate(
     progress: Progress | None = None,
     policy_options: dict[str, Any] | None = None,
     ranks: dict[str, int] | None = None,
+    compress: float = 1.0,
 ) -> RunResult:
-    """Run ``policy_name`` over ``trace`` with ``seed``; ``ranks`` overrides the seeded node ranks."""
+    """Run ``policy_name`` over ``trace`` with ``seed``; ``ranks`` overrides the seeded node ranks.
+
+    A timed replay inflates only when ``inflate`` is given (the input's own inflation is the
+    arrivals protocol's) and divides creation times by ``compress`` (durations kept).
+    """
     replay = replay or trace.replay
     if replay not in REPLAY_MODES:
         raise ValueError(f"unknown replay mode {replay!r}; accepted: {', '.join(REPLAY_MODES)}")
+    if not compress > 0:
+        raise ValueError(f"compress {compress}: accepted: a positive factor (1: times as recorded)")
+    if replay == TIMED:
+        inflate = inflate or 0.0
     inflate = trace.inflate if inflate is None else inflate
     shuffle = trace.shuffle if shuffle is None else shuffle
     started = time.perf_counter()
@@ -108,7 +118,7 @@ def simulate(
     workload = TypicalWorkload.from_demands(trace.typical_demands())
     measure = Fragmentation(workload)
     policy = build_policy(policy_name, seed, workload, policy_options)
-    sequence = make_events(trace, rng, replay, inflate, shuffle)
+    sequence = make_events(trace, rng, replay, inflate, shuffle, compress)
     seeded_ranks = node_ranks(trace.nodes, rng)
     board = Scoreboard(initial_states(trace), ranks if ranks is not None else seeded_ranks)
     reference = trace.reference_memory_mib()
@@ -130,6 +140,8 @@ def simulate(
     placements: list[tuple[str, str | None]] = []
     failed_by_kind: dict[str, int] = {}
     failed = placed = 0
+    gpu_milli_seconds = 0.0
+    clock = sequence[0].time if sequence else 0.0
     step = max(1, len(sequence) // 200)
 
     def refresh(state: NodeState) -> None:
@@ -142,6 +154,8 @@ def simulate(
 
     for k, event in enumerate(sequence, start=1):
         pod = event.pod
+        gpu_milli_seconds += allocated_total * (event.time - clock)
+        clock = event.time
         if event.leave:
             held = where.pop(pod.name, None)
             if held is not None:
@@ -192,6 +206,7 @@ def simulate(
         time.perf_counter() - started,
         placements,
         failed_by_kind,
+        gpu_milli_seconds / 1000 / 3600,
     )
 
 

@@ -28,6 +28,7 @@ SUMMARY_COLUMNS = (
     "allocated_gpu_pct_final",
     "failed_pods",
     "frag_rate_pct_at_100",
+    "gpu_hours",
     "wall_seconds",
 )
 CURVE_COLUMNS = (
@@ -100,6 +101,7 @@ def summary_row(result: RunResult, curve: Curves | None = None) -> dict[str, obj
         "allocated_gpu_pct_final": _fmt(final),
         "failed_pods": result.failed,
         "frag_rate_pct_at_100": _fmt(rate),
+        "gpu_hours": _fmt(result.gpu_hours),
         "wall_seconds": _fmt(result.wall_seconds),
     }
 

@@ -100,6 +100,7 @@ class Report:
                     "bound_unallocated": 100 - statistics.fmean(bound) if bound else math.nan,
                     "frag_rate": _mean_sd(rate)[0],
                     "failed": statistics.fmean(self.results[i].failed for i in members),
+                    "gpu_hours": statistics.fmean(self.results[i].gpu_hours for i in members),
                     "wall": statistics.fmean(self.results[i].wall_seconds for i in members),
                 }
             )
@@ -117,6 +118,7 @@ class Report:
             "bound: unalloc. %",
             "frag rate %",
             "failed pods",
+            "GPU-hours",
             "s/run",
         ):
             table.add_column(column, justify="left" if column in ("trace", "policy") else "right")
@@ -131,6 +133,7 @@ class Report:
                 _cell(row["bound_unallocated"]),
                 _cell(row["frag_rate"]),
                 _cell(row["failed"], digits=0),
+                _cell(row["gpu_hours"], digits=0),
                 _cell(row["wall"], digits=1),
             )
         return table

@@ -31,6 +31,7 @@ class RunSpec:
     inflate: float | None = None
     shuffle: bool | None = None
     policy_options: dict[str, Any] = field(default_factory=dict)
+    compress: float = 1.0
 
     @property
     def label(self) -> str:
@@ -51,6 +52,7 @@ def _run(spec: RunSpec, index: int, progress: Any) -> tuple[int, RunResult]:
         shuffle=spec.shuffle,
         progress=report,
         policy_options=spec.policy_options or None,
+        compress=spec.compress,
     )
     return index, result
 
@@ -92,6 +94,7 @@ def run_all(
                     shuffle=spec.shuffle,
                     progress=step,
                     policy_options=spec.policy_options or None,
+                    compress=spec.compress,
                 )
             return [r for r in results if r is not None]
         context = multiprocessing.get_context("spawn")
