@@ -87,6 +87,8 @@ class OnlineWorkload:
         tolerance: float = 0.0,
         first: int = 4,
         growth: float = 1.5,
+        settle: int = 0,
+        late_growth: float | None = None,
     ) -> None:
         if first < 1 or growth <= 1.0:
             raise ValueError(f"OnlineWorkload needs first >= 1 and growth > 1, got {first} and {growth}")
@@ -94,6 +96,8 @@ class OnlineWorkload:
         self.coverage = coverage
         self.tolerance = tolerance
         self.growth = growth
+        self.settle = settle  # from this many pods on: the tolerance applies, estimates grow by late_growth
+        self.late_growth = late_growth or growth
         self.seen: Counter[Demand] = Counter()
         self._count = 0
         self._next = first
@@ -105,9 +109,10 @@ class OnlineWorkload:
         self._count += 1
         if self._count < self._next:
             return False
-        self._next = max(self._next + 1, int(self._next * self.growth))
+        growth = self.late_growth if self._count >= self.settle else self.growth
+        self._next = max(self._next + 1, int(self._next * growth))
         estimate = TypicalWorkload.from_demands(self.seen.elements(), self.coverage)
-        if self._learned and total_variation(estimate, self.workload) <= self.tolerance:
+        if self._learned and self._count >= self.settle and total_variation(estimate, self.workload) <= self.tolerance:
             return False
         self.workload, self._learned = estimate, True
         return True
@@ -146,8 +151,11 @@ class Fragmentation:
     """The fragmentation measure for one typical workload (memoised; not thread-safe by design:
     each worker owns its own, and the memo only ever caches pure results)."""
 
-    def __init__(self, workload: TypicalWorkload) -> None:
+    def __init__(self, workload: TypicalWorkload, hosts: dict[tuple[Any, ...], bool] | None = None) -> None:
+        """``hosts``: a memo of "can this device state host one share of this request",
+        which successive workloads of one learner may share (it depends on neither)."""
         self.workload = workload
+        self._hosts = {} if hosts is None else hosts
         shapes = workload.shapes
         self._gpu_shapes = [(1 << i, d.gpu) for i, (d, _) in enumerate(shapes) if d.gpu.kind is not GpuKind.NONE]
         self._multi = [(1 << i, d.gpu.count) for i, (d, _) in enumerate(shapes) if d.gpu.count > 1]
@@ -170,12 +178,20 @@ class Fragmentation:
         if hit is not None:
             return hit
         bits = 0
+        hosts = self._hosts
         for bit, gpu in self._gpu_shapes:
-            if (
-                gpu.allows_model(device.model.name)
-                and gpu.allows_mode(device.mode)
-                and not isinstance(device_share(gpu, node, device, usage), str)
-            ):
+            host_key = (key, gpu)
+            can = hosts.get(host_key)
+            if can is None:
+                can = (
+                    gpu.allows_model(device.model.name)
+                    and gpu.allows_mode(device.mode)
+                    and not isinstance(device_share(gpu, node, device, usage), str)
+                )
+                if len(hosts) > _MEMO_LIMIT:
+                    hosts.clear()
+                hosts[host_key] = can
+            if can:
                 bits |= bit
         if len(self._devices) > _MEMO_LIMIT:
             self._devices.clear()

@@ -17,6 +17,7 @@ import numpy as np
 from .allocation import Allocation
 from .capacity import GAP_LEVELS, free_after, free_milli, gap_level, gap_levels
 from .fit import Fit, device_share, fit, gpu_fit, host_reason
+from .groups import GroupLedger
 from .memo import intern as _intern
 from .policies.base import Policy
 from .request import Demand, GpuKind, GpuRequest
@@ -38,6 +39,16 @@ def fit_cached(demand: Demand, state: NodeState) -> Fit:
     return result
 
 
+def gpu_fit_cached(demand: Demand, state: NodeState) -> Fit:
+    """:func:`gpu_fit`, memoised on the state: a policy that re-scores unchanged nodes (a new
+    estimate of its workload) does not rebuild their allocations."""
+    key = _intern(("gpu-fit", demand))
+    result: Fit | None = state.memo.get(key)
+    if result is None:
+        result = state.memo[key] = gpu_fit(demand, state)
+    return result
+
+
 def placement_key(policy: Policy, demand: Demand) -> int | None:
     """The per-state memo key of ``policy``'s placements for ``demand`` (None: not cacheable)."""
     return _intern((policy, policy.version, policy.place_key(demand))) if policy.cacheable else None
@@ -51,7 +62,7 @@ def _place(policy: Policy, demand: Demand, state: NodeState, key: int | None) ->
         hit: Placement | str | None = state.memo.get(key)
         if hit is not None:
             return hit
-    found = gpu_fit(demand, state)
+    found = gpu_fit_cached(demand, state)
     if not found:
         result: Placement | str = found.reason
     else:
@@ -92,12 +103,14 @@ def rank(
     states: Sequence[NodeState],
     order: Mapping[str, int] | None = None,
     gaps: np.ndarray | None = None,
+    ledger: GroupLedger | None = None,
 ) -> Ranking:
     """Every node's placement, best first, and the reasons of the nodes that do not fit.
 
     A gap-aware policy's scores pass through its ``adjust`` with ``gaps``, the cluster's gap
     histogram (by default that of ``states``, taken as the whole cluster), as in
-    :class:`Scoreboard`.
+    :class:`Scoreboard`; a group-aware one's through ``adjust_groups`` with ``ledger``'s view
+    (by default a ledger of ``states``).
     """
     key = placement_key(policy, demand)
     placements: list[Placement] = []
@@ -114,7 +127,14 @@ def rank(
     raw = [p.score for p in placements]
     if moves:
         histogram = gap_histogram(states) if gaps is None else gaps
-        raw = policy.adjust(demand, np.array(raw), np.array(moves, dtype=np.int64).T, histogram).tolist()
+        scored, move_array = np.array(raw), np.array(moves, dtype=np.int64).T
+        if policy.group_aware:
+            ledger = ledger or GroupLedger(states)
+            placed = [s for s in states if s.node.name not in failures]
+            view = ledger.view(demand, ledger.groups_of(placed))
+            raw = policy.adjust_groups(demand, scored, move_array, histogram, view).tolist()
+        else:
+            raw = policy.adjust(demand, scored, move_array, histogram).tolist()
     scores = policy.normalize(raw)
     if scores is not None and any(s != p.score for s, p in zip(scores, placements, strict=True)):
         placements = [Placement(p.node, s, p.allocation) for s, p in zip(scores, placements, strict=True)]
@@ -189,6 +209,7 @@ class Scoreboard:
         self._memory_free = np.zeros(0, dtype=np.int64)
         self._room = np.zeros(0, dtype=np.int64)
         self._gaps = np.zeros(GAP_LEVELS + 1, dtype=np.int64)
+        self._ledger = GroupLedger(())
         for state in states:
             self._index[state.node.name] = len(self._states)
             self._states.append(state)
@@ -207,6 +228,7 @@ class Scoreboard:
         self._memory_free = np.array([s.memory_free for s in self._states], dtype=np.int64)
         self._room = np.array([s.node.max_pods - len(s.pods) for s in self._states], dtype=np.int64)
         self._gaps = gap_histogram(self._states)
+        self._ledger = GroupLedger(self._states)
 
     # ------------------------------------------------------------ state
 
@@ -244,6 +266,7 @@ class Scoreboard:
             self._gaps[level] -= 1
         for level in gap_levels(state):
             self._gaps[level] += 1
+        self._ledger.replace(old, state)
         self._states[i] = state
         self._cpu_free[i] = state.cpu_free
         self._memory_free[i] = state.memory_free
@@ -351,7 +374,7 @@ class Scoreboard:
                 scores[j] = _score(result)
                 if moves is not None:
                     moves[:, j] = gap_move(demand, states[j], result)
-            return policy.adjust(demand, scores, moves, self._gaps) if moves is not None else scores
+            return self._adjust(policy, demand, scores, moves) if moves is not None else scores
         key = placement_key(policy, demand)
         assert key is not None
         table = self._tables.get(key)
@@ -379,8 +402,13 @@ class Scoreboard:
                 table.seen = len(self._log)
         scores = np.where(fits, table.scores, -np.inf)
         if table.moves is not None:
-            return policy.adjust(demand, scores, table.moves, self._gaps)
+            return self._adjust(policy, demand, scores, table.moves)
         return scores
+
+    def _adjust(self, policy: Policy, demand: Demand, scores: np.ndarray, moves: np.ndarray) -> np.ndarray:
+        if policy.group_aware:
+            return policy.adjust_groups(demand, scores, moves, self._gaps, self._ledger.view(demand))
+        return policy.adjust(demand, scores, moves, self._gaps)
 
     def _refresh(self, table: _Table, policy: Policy, demand: Demand, i: int, key: int) -> None:
         result = _place(policy, demand, self._states[i], key)
@@ -440,7 +468,7 @@ class Scoreboard:
         Names that are not in the cluster are reported as failures.
         """
         if names is None:
-            return rank(policy, demand, self._states, self._order or None, self._gaps)
+            return rank(policy, demand, self._states, self._order or None, self._gaps, self._ledger)
         states: list[NodeState] = []
         unknown: dict[str, str] = {}
         for name in names:
@@ -449,7 +477,7 @@ class Scoreboard:
                 unknown[name] = "node unknown to gpuslice"
             else:
                 states.append(self._states[i])
-        ranking = rank(policy, demand, states, self._order or None, self._gaps)
+        ranking = rank(policy, demand, states, self._order or None, self._gaps, self._ledger)
         ranking.failures.update(unknown)
         return ranking
 

@@ -1,6 +1,6 @@
 """Placement policies, each in its own module, registered by config name."""
 
-from . import bestfit, binpack, dotprod, fgd, fgdcpu, gpuclustering, gpupacking, random, spread
+from . import bestfit, binpack, dotprod, fgd, fgdcpu, fgdreserve, gpuclustering, gpupacking, random, spread
 from .base import REGISTRY, Policy, make_policy, register
 
 __all__ = [

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..allocation import Allocation
 from ..capacity import free_after
+from ..groups import GroupView
 from ..request import Demand, GpuKind
 from ..state import NodeState
 
@@ -33,6 +34,9 @@ class Policy:
     # Scores also weigh the whole cluster's histogram of GPU free shares: a Scoreboard then
     # passes its cached scores through adjust() on every call (see Scoreboard.gaps).
     gap_aware: ClassVar[bool] = False
+    # A gap_aware policy that also weighs the cluster by GPU group (model and sharing mode):
+    # the Scoreboard then calls adjust_groups() with a GroupView instead of adjust().
+    group_aware: ClassVar[bool] = False
 
     def place_key(self, demand: Demand) -> Hashable:
         """What of ``demand`` :meth:`place` depends on. Placements are cached per node state
@@ -61,6 +65,13 @@ class Policy:
         GPU, of the one GPU the node's placement shares (-1 when it takes whole GPUs or several);
         ``gaps[h]`` counts the cluster's GPUs whose free share is at level ``h``."""
         return scores
+
+    def adjust_groups(
+        self, demand: Demand, scores: np.ndarray, moves: np.ndarray, gaps: np.ndarray, view: GroupView
+    ) -> np.ndarray:
+        """For ``group_aware`` policies: as :meth:`adjust`, with the cluster by GPU group
+        (``view.node_group[j]`` is the group of the node scored at position j)."""
+        return self.adjust(demand, scores, moves, gaps)
 
     def draw(self, candidates: int) -> int:
         """For ``uniform_choice`` policies: the winner's index among ``candidates`` feasible nodes."""
