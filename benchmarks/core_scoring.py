@@ -2,8 +2,8 @@
 
 Three figures per policy, all from the same run:
   baseline  the plain per-node loop: fit + the policy's placement on every node, nothing cached
-  cold      the Scoreboard's first call for a request shape (fills the per-state memo)
-  steady    the Scoreboard in use: a stream of pods of a few shapes, each placed after scoring, so
+  cold      the board's first call for a request shape (every node worked out once per state)
+  steady    the board in use: a stream of pods of a few shapes, each placed after scoring, so
             every call re-scores only the node that changed since that shape's last call
 The ratio baseline / steady is the speed-up of caching node scores by state.
 
@@ -18,9 +18,13 @@ import random
 import statistics
 import time
 
-from scheduler.core import CATALOG, Demand, Device, GpuKind, GpuRequest, Node, NodeState, SharingMode, make_policy
-from scheduler.core.catalog import ProfileSpec
-from scheduler.core.select import Scoreboard, rank
+from scheduler.core.board import Board
+from scheduler.core.catalog import CATALOG, ProfileSpec
+from scheduler.core.inventory import Device, Node, SharingMode
+from scheduler.core.policies import make_policy
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.select import rank
+from scheduler.core.state import NodeState
 
 MODES = [
     (SharingMode.MPS, "H100-80GB"),
@@ -44,7 +48,7 @@ def cluster(count: int, rng: random.Random) -> list[NodeState]:
         devices = tuple(Device(f"n{i}-g{g}", g, CATALOG[model], mode, replicas=4) for g in range(8))
         nodes.append(NodeState.empty(Node(f"node-{i:05d}", 128_000, 1_048_576, devices)))
     # pre-fill about a third of the GPU capacity so states differ from node to node
-    board = Scoreboard(nodes)
+    board = Board(nodes)
     policy = make_policy("binpack")
     for k in range(count * 3):
         demand = rng.choice(SHAPES[:4])
@@ -87,7 +91,7 @@ def main() -> None:
         t = time.perf_counter()
         rank(policy, demand, fresh(base))
         baseline = (time.perf_counter() - t) * 1000
-        board = Scoreboard(fresh(base))
+        board = Board(fresh(base))
         t = time.perf_counter()
         board.scores(policy, demand)
         cold = (time.perf_counter() - t) * 1000

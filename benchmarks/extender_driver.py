@@ -1,37 +1,56 @@
-"""Play kube-scheduler against ``gpuslice serve`` and measure it (PACKING-BENCHMARK.md §B).
+"""Play kube-scheduler against ``gpuslice serve``, as kube-scheduler really behaves, and measure it.
 
-For each cluster size (nodes of 8 GPUs) and policy, the driver writes a cluster file
-(nodes in all four sharing modes, plus the pending pods it will schedule), starts
-``gpuslice serve --cluster-file FILE`` as a user does (a subprocess on 127.0.0.1), and
-for every pod: POST filter (with NodeNames, or in the second mode with full Nodes),
-prioritize on the survivors, choose the top score, and bind asynchronously in a thread
-pool, as kube-scheduler does. It prints p50/p99 of filter and prioritize and the
-sustained pods/s, and the same figures for a do-nothing endpoint (same HTTP stack,
-answers without looking) measured in the same run, with the ratios.
+The driver writes a cluster file (nodes of 8 GPUs in all four sharing modes; with ``--fill``,
+pods already bound on them with their allocation records) and starts ``gpuslice serve
+--cluster-file FILE`` as a user does (a subprocess on 127.0.0.1). A do-nothing extender on
+the same HTTP stack (uvicorn) is measured in the same run as the baseline. Then it runs
+kube-scheduler's scheduling loop (:class:`KubeScheduler`, after pkg/scheduler of Kubernetes):
 
-    python benchmarks/extender_driver.py                       # 100, 1000, 5000 nodes; binpack, fgd
-    python benchmarks/extender_driver.py --nodes 100 --pods 200 --policy binpack --mode names
-    python benchmarks/extender_driver.py --nodes 5000 --mode names --warmup 200 --server-cpus 1  # server: own CPU
+* a queue of pending pods; a pod whose bind failed comes back after a back-off (1 s,
+  doubling to 10 s); a pod that fits nowhere is retried again and again (every
+  ``--retry-every`` scheduling cycles, as cluster events move it back);
+* per pod, its own in-tree filter (CPU, memory, pod count, counting the pods it has
+  assumed) over the nodes from a start index that rotates from pod to pod, stopping at
+  ``numFeasibleNodesToFind`` feasible nodes: with ``percentageOfNodesToScore`` unset (the
+  default, adaptive: 50 - nodes/125 percent, at least 5%, at least 100 nodes) about 500 at
+  5,000 nodes; ``--sampling all`` sends every node in every call;
+* filter with those NodeNames, prioritize on the survivors, the node of the highest score
+  (a uniform draw among ties), the pod assumed there, and the bind sent asynchronously:
+  the next pods are filtered before it arrives;
+* a mix of many request shapes (``--mix many``: every memory size is a shape of its own),
+  with pods that fit nowhere.
+
+It prints, per run: filter and prioritize p50/p99 and filter + prioritize p99 (ms, over
+HTTP), bound pods per second, scheduling attempts per second, bind failures, the server's and
+the driver's CPU per attempt, the server's resident memory, and the ratios against the
+do-nothing extender's figures of the same run.
+
+    python benchmarks/extender_driver.py                                  # 1,000 and 5,000 nodes
+    python benchmarks/extender_driver.py --nodes 5000 --sampling default all --repeat 3
+    python benchmarks/extender_driver.py --nodes 5000 --fill 0.85 --mix many   # a busy cluster
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import heapq
 import json
 import os
 import random
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -39,11 +58,18 @@ from typing import Any
 import numpy as np
 import orjson
 
+from scheduler.core.allocation import record_annotations
+from scheduler.core.catalog import CATALOG
+from scheduler.core.fit import fit
+from scheduler.core.inventory import Device, Node, SharingMode
+from scheduler.core.request import parse_pod
+from scheduler.core.state import NodeState
 from scheduler.extender.client import ExtenderClient
-from scheduler.extender.commands import GC_THRESHOLDS
+from scheduler.extender.run import GC_THRESHOLDS
 
 PREFIX = "gpuslice.io/"
 BODY_CAP = 256 * 1024 * 1024  # full Nodes at 5,000 nodes are several MiB
+NODE_CPU, NODE_MEMORY_MIB, NODE_PODS = 128_000, 1024 * 1024, 110
 
 # (share of nodes, inventory of one 8-GPU node)
 NODE_KINDS = (
@@ -52,8 +78,8 @@ NODE_KINDS = (
     (0.2, {"model": "L4", "mode": "time-slicing", "replicas": 4}),
     (0.1, {"model": "H100-80GB", "mode": "mig"}),
 )
-# (weight, annotations) of the pod stream
-POD_KINDS: tuple[tuple[float, dict[str, str]], ...] = (
+# The project's own mix: (weight, annotations)
+PROJECT_MIX: tuple[tuple[float, dict[str, str]], ...] = (
     (0.25, {"gpu-fraction": "0.25"}),
     (0.20, {"gpu-fraction": "0.5"}),
     (0.10, {"gpu-memory": "10Gi", "gpu-compute": "20"}),
@@ -63,23 +89,63 @@ POD_KINDS: tuple[tuple[float, dict[str, str]], ...] = (
     (0.05, {"mig-profile": "3g.40gb"}),
     (0.05, {}),  # CPU only
 )
+# Pods that fit nowhere on the generated cluster: more GPUs than a node has, a profile only the
+# A30 offers, more memory than any GPU.
+HOPELESS: tuple[dict[str, str], ...] = (
+    {"gpu-count": "16"},
+    {"mig-profile": "1g.6gb"},
+    {"gpu-memory": "200Gi"},
+)
+
+
+def many_shapes(rng: random.Random) -> dict[str, str]:
+    """One pod of a real cluster's mix: nearly every memory request is a shape of its own."""
+    roll = rng.random()
+    if roll < 0.20:
+        return {"gpu-fraction": f"{rng.randint(1, 19) * 0.05:.2f}"}
+    if roll < 0.45:
+        out = {"gpu-memory": str(rng.randint(4, 320) * 256)}
+        if rng.random() < 0.4:
+            out["gpu-compute"] = str(rng.randint(1, 20) * 5)
+        if rng.random() < 0.2:
+            out["sharing"] = rng.choice(["mps", "time-slicing"])
+        return out
+    if roll < 0.70:
+        return {"gpu-count": rng.choice(["1", "1", "1", "2", "4", "8"])}
+    if roll < 0.82:
+        return {"mig-profile": rng.choice(["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"])}
+    if roll < 0.95:
+        return {}
+    return dict(rng.choice(HOPELESS))
+
+
+def project_shapes(rng: random.Random) -> dict[str, str]:
+    return dict(rng.choices([a for _, a in PROJECT_MIX], [w for w, _ in PROJECT_MIX])[0])
+
+
+MIXES = {"project": project_shapes, "many": many_shapes}
 
 
 # ---------------------------------------------------------------- the cluster
 
 
-def make_node(i: int, rng: random.Random) -> dict[str, Any]:
+def node_inventory(i: int, rng: random.Random) -> dict[str, Any]:
     kind = rng.choices([k for _, k in NODE_KINDS], [w for w, _ in NODE_KINDS])[0]
+    return {
+        "devices": [
+            {
+                "index": g,
+                "uuid": f"GPU-{i:05d}-{g}",
+                **kind,
+                **({"nvlinkPeers": [h for h in range(8) if h != g]} if kind["mode"] == "exclusive" else {}),
+            }
+            for g in range(8)
+        ]
+    }
+
+
+def make_node(i: int, inventory: dict[str, Any]) -> dict[str, Any]:
     name = f"node-{i:05d}"
-    devices = [
-        {
-            "index": g,
-            "uuid": f"GPU-{i:05d}-{g}",
-            **kind,
-            **({"nvlinkPeers": [h for h in range(8) if h != g]} if kind["mode"] == "exclusive" else {}),
-        }
-        for g in range(8)
-    ]
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -88,27 +154,26 @@ def make_node(i: int, rng: random.Random) -> dict[str, Any]:
             "uid": f"node-uid-{i}",
             "resourceVersion": "1",
             "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": f"zone-{i % 3}"},
-            "annotations": {PREFIX + "inventory": json.dumps({"devices": devices}, separators=(",", ":"))},
+            "annotations": {PREFIX + "inventory": json.dumps(inventory, separators=(",", ":"))},
         },
         "spec": {"podCIDR": f"10.{i // 256 % 256}.{i % 256}.0/24"},
         "status": {
-            "allocatable": {"cpu": "128", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": "8"},
-            "capacity": {"cpu": "128", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": "8"},
+            "allocatable": {"cpu": "128", "memory": "1Ti", "pods": str(NODE_PODS), "nvidia.com/gpu": "8"},
+            "capacity": {"cpu": "128", "memory": "1Ti", "pods": str(NODE_PODS), "nvidia.com/gpu": "8"},
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
             "nodeInfo": {"kubeletVersion": "v1.31.0", "osImage": "Ubuntu 22.04", "architecture": "amd64"},
         },
     }
 
 
-def make_pod(i: int, rng: random.Random) -> dict[str, Any]:
-    annotations = rng.choices([a for _, a in POD_KINDS], [w for w, _ in POD_KINDS])[0]
+def make_pod(name: str, annotations: dict[str, str], cpu: int, memory_gib: int) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": f"pod-{i:06d}",
+            "name": name,
             "namespace": "bench",
-            "uid": f"pod-uid-{i:06d}",
+            "uid": f"uid-{name}",
             "resourceVersion": "1",
             "labels": {"app": "bench"},
             "annotations": {PREFIX + k: v for k, v in annotations.items()},
@@ -119,7 +184,7 @@ def make_pod(i: int, rng: random.Random) -> dict[str, Any]:
                 {
                     "name": "main",
                     "image": "registry.example/app:1",
-                    "resources": {"requests": {"cpu": rng.choice(["1", "2", "4"]), "memory": "8Gi"}},
+                    "resources": {"requests": {"cpu": str(cpu), "memory": f"{memory_gib}Gi"}},
                 }
             ],
         },
@@ -127,12 +192,93 @@ def make_pod(i: int, rng: random.Random) -> dict[str, Any]:
     }
 
 
-def write_cluster(path: Path, nodes: int, pods: int, seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def core_node(name: str, inventory: dict[str, Any]) -> Node:
+    devices = []
+    for d in inventory["devices"]:
+        devices.append(
+            Device(d["uuid"], d["index"], CATALOG[d["model"]], SharingMode(d["mode"]), replicas=d.get("replicas", 1))
+        )
+    return Node(name, NODE_CPU, NODE_MEMORY_MIB, tuple(devices), NODE_PODS)
+
+
+def fill_node(state: NodeState, target: float, rng: random.Random, mix: Any, serial: list[int]) -> list[dict[str, Any]]:
+    """Pods bound on ``state``'s node by gpuslice (records and bind-phase as a bind writes
+    them) until ``target`` of its GPU is allocated or nothing more fits."""
+    out: list[dict[str, Any]] = []
+    misses = 0
+    while 1000 * len(state.node.devices) - state.free_milli() < target * 1000 * len(state.node.devices) and misses < 8:
+        name = f"fill-{serial[0]:07d}"
+        pod = make_pod(name, mix(rng), rng.randint(1, 4), rng.randint(1, 16))
+        demand = parse_pod(pod).demand
+        found = fit(demand, state)
+        if not found:
+            misses += 1
+            continue
+        serial[0] += 1
+        alloc = found.allocations[0]
+        state = state.apply(f"bench/{name}", alloc)
+        pod["metadata"]["annotations"].update(record_annotations(alloc, PREFIX, "bound", "2025-01-01T00:00:00Z"))
+        pod["spec"]["nodeName"] = state.node.name
+        pod["status"] = {"phase": "Running"}
+        out.append(pod)
+    return out
+
+
+@dataclass
+class Cluster:
+    nodes: list[dict[str, Any]]
+    running: list[dict[str, Any]]  # pods already bound (``--fill``)
+    pending: list[dict[str, Any]]  # what the scheduler will schedule, in arrival order
+
+
+def bound_pod(state: NodeState, name: str, rng: random.Random, mix: Any) -> tuple[NodeState, dict[str, Any] | None]:
+    """A pod of ``mix`` bound on ``state``'s node as a gpuslice bind leaves it, if it fits."""
+    pod = make_pod(name, mix(rng), rng.randint(1, 4), rng.randint(1, 16))
+    found = fit(parse_pod(pod).demand, state)
+    if not found:
+        return state, None
+    alloc = found.allocations[0]
+    state = state.apply(f"bench/{name}", alloc)
+    pod["metadata"]["annotations"].update(record_annotations(alloc, PREFIX, "bound", "2025-01-01T00:00:00Z"))
+    pod["spec"]["nodeName"] = state.node.name
+    pod["status"] = {"phase": "Running"}
+    return state, pod
+
+
+def write_cluster(
+    path: Path, nodes: int, pods: int, seed: int, mix: str = "project", fill: float = 0.0, running_pods: int = 0
+) -> Cluster:
+    """Nodes; with ``fill``, pods bound on each until that share of its GPU is allocated; with
+    ``running_pods``, that many bound pods spread over the nodes one at a time; then ``pods``
+    pending ones."""
     rng = random.Random(seed)
-    node_list = [make_node(i, rng) for i in range(nodes)]
-    pod_list = [make_pod(i, rng) for i in range(pods)]
-    path.write_bytes(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": node_list + pod_list}))
-    return node_list, pod_list
+    shapes = MIXES[mix]
+    inventories = [node_inventory(i, rng) for i in range(nodes)]
+    node_list = [make_node(i, inv) for i, inv in enumerate(inventories)]
+    running: list[dict[str, Any]] = []
+    if fill > 0:
+        serial = [0]
+        for obj, inv in zip(node_list, inventories, strict=True):
+            state = NodeState.empty(core_node(obj["metadata"]["name"], inv))
+            running.extend(fill_node(state, fill, rng, shapes, serial))
+    if running_pods:
+        states = [
+            NodeState.empty(core_node(o["metadata"]["name"], inv))
+            for o, inv in zip(node_list, inventories, strict=True)
+        ]
+        placed_in_round = 1
+        while len(running) < running_pods and placed_in_round:
+            placed_in_round = 0
+            for i in range(len(states)):
+                if len(running) >= running_pods:
+                    break
+                states[i], pod = bound_pod(states[i], f"run-{len(running):07d}", rng, shapes)
+                if pod is not None:
+                    running.append(pod)
+                    placed_in_round += 1
+    pending = [make_pod(f"pod-{i:06d}", shapes(rng), rng.choice([1, 2, 4]), 8) for i in range(pods)]
+    path.write_bytes(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": node_list + running + pending}))
+    return Cluster(node_list, running, pending)
 
 
 # ---------------------------------------------------------------- the servers
@@ -162,7 +308,7 @@ def running(
             os.sched_setaffinity(proc.pid, cpus)
         client = ExtenderClient(f"http://127.0.0.1:{port}", timeout=120)
         try:
-            deadline = time.monotonic() + 300
+            deadline = time.monotonic() + 600
             while True:
                 if proc.poll() is not None:
                     raise RuntimeError(f"{command[0]} exited with {proc.returncode}; see {log}")
@@ -172,7 +318,7 @@ def running(
                 except Exception:
                     pass
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"not ready after 300 s; see {log}")
+                    raise RuntimeError(f"not ready after 600 s; see {log}")
                 time.sleep(0.1)
             yield client, proc.pid
         finally:
@@ -226,26 +372,11 @@ def noop_app() -> Any:
     )
 
 
-# ---------------------------------------------------------------- kube-scheduler's part
+# ---------------------------------------------------------------- reading answers cheaply
 
 
-@dataclass
-class Result:
-    filter_ms: list[float]
-    prioritize_ms: list[float]
-    server_cpu_ms: float  # the server's CPU time per measured pod (nan where /proc is not there)
-    driver_cpu_ms: float  # the driver's, likewise
-    pods_per_s: float
-    bound: int
-    unschedulable: int
-    bind_errors: int
-
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+class ServerClosed(RuntimeError):
+    """The server closed the connection."""
 
 
 class Connection:
@@ -254,11 +385,25 @@ class Connection:
     response's headers with the email package)."""
 
     def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.port = port
+        self._connect()
+
+    def _connect(self) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", self.port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buffer = b""
 
     def post(self, path: bytes, body: bytes) -> bytes:
+        try:
+            return self._post(path, body)
+        except (ConnectionError, ServerClosed):
+            # The server closed a keep-alive connection left idle: a new one, and the request again
+            # (as Go's client does for a request whose connection was closed before any answer).
+            self.sock.close()
+            self._connect()
+            return self._post(path, body)
+
+    def _post(self, path: bytes, body: bytes) -> bytes:
         head = b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
         self.sock.sendall(head % (path, len(body)) + body)
         while (end := self.buffer.find(b"\r\n\r\n")) < 0:
@@ -278,7 +423,7 @@ class Connection:
     def _read(self) -> None:
         chunk = self.sock.recv(1 << 20)
         if not chunk:
-            raise RuntimeError("the server closed the connection")
+            raise ServerClosed("the server closed the connection")
         self.buffer += chunk
 
     def close(self) -> None:
@@ -337,110 +482,292 @@ def top_host(data: bytes) -> str | None:
     return str(max(scores, key=itemgetter("Score"))["Host"]) if scores else None
 
 
-def play(
-    port: int,
-    server: int,
-    nodes: list[dict[str, Any]],
-    pods: list[dict[str, Any]],
-    mode: str,
-    warmup: int,
-    binders: int = 8,
-) -> Result:
-    names = [n["metadata"]["name"] for n in nodes]
-    by_name = {n["metadata"]["name"]: n for n in nodes}
-    all_names = orjson.dumps(names)
-    all_nodes = orjson.dumps({"metadata": {}, "items": nodes})
-    encoded = [orjson.dumps(pod) for pod in pods]  # as kube-scheduler's informer holds them, encoded once
-    binds = [
-        orjson.dumps({"PodName": p["metadata"]["name"], "PodNamespace": "bench", "PodUID": p["metadata"]["uid"]})[:-1]
-        for p in pods
-    ]
+def top_hosts(data: bytes) -> list[str]:
+    """Every host with the highest score (kube-scheduler draws among them)."""
+    first = top_host(data)
+    if first is None:
+        return []
+    scores = orjson.loads(data) if data.count(b'"Score"') < 64 else None
+    if scores is None:
+        return [first]  # many hosts: gpuslice gives one node the top score; read no further
+    best = max(s["Score"] for s in scores)
+    return [s["Host"] for s in scores if s["Score"] == best]
 
-    def args(pod: bytes, listed: bytes | None) -> bytes:
-        """The ExtenderArgs body: ``listed`` is the survivors' NodeNames array or NodeList as
-        JSON, None for every node."""
-        if mode == "names":
-            return b'{"Pod":' + pod + b',"Nodes":null,"NodeNames":' + (listed or all_names) + b"}"
-        return b'{"Pod":' + pod + b',"Nodes":' + (listed or all_nodes) + b',"NodeNames":null}'
 
-    filter_ms: list[float] = []
-    prioritize_ms: list[float] = []
-    unschedulable = 0
-    pending: list[Future[str]] = []
-    local = threading.local()
-    opened: list[Connection] = []
+# ---------------------------------------------------------------- kube-scheduler's loop
 
-    def bind(i: int, node: str) -> str:
-        conn = getattr(local, "conn", None)
-        if conn is None:
-            conn = local.conn = Connection(port)
-            opened.append(conn)
-        return str(orjson.loads(conn.post(b"/bind", binds[i] + b',"Node":' + orjson.dumps(node) + b"}"))["Error"])
 
-    conn = Connection(port)
-    # As gpuslice serve does after its sync: the cluster and pods held here are hidden from the
-    # collector, which then runs less often (else its full collections walked them mid-run).
-    gc.collect()
-    gc.freeze()
-    thresholds = gc.get_threshold()
-    gc.set_threshold(*GC_THRESHOLDS)
-    with ThreadPoolExecutor(binders) as pool:
-        started = server_cpu0 = driver_cpu0 = 0.0
-        for i, pod in enumerate(encoded):
-            if i == warmup:
-                for f in pending:
-                    f.result()
-                pending.clear()
-                started = time.perf_counter()
-                server_cpu0, driver_cpu0 = cpu_seconds(server), time.process_time()
-            body = args(pod, None)
-            t0 = time.perf_counter()
-            data = conn.post(b"/filter", body)
-            t1 = time.perf_counter()
-            if mode == "names":
-                result, survivors = split_filter_answer(data)
-                empty = survivors in (b"[]", b"null")
-            else:
-                result = orjson.loads(data)
-                items = (result["Nodes"] or {}).get("items", [])
-                survivors = orjson.dumps({"metadata": {}, "items": [by_name[n["metadata"]["name"]] for n in items]})
-                empty = not items
-            if result.get("Error"):
-                raise RuntimeError(f"filter failed: {data[:300]!r}")
-            if i >= warmup:
-                filter_ms.append((t1 - t0) * 1000)
-            if empty:
-                unschedulable += i >= warmup
-                continue
-            body = args(pod, survivors)
-            t2 = time.perf_counter()
-            data = conn.post(b"/prioritize", body)
-            t3 = time.perf_counter()
-            if i >= warmup:
-                prioritize_ms.append((t3 - t2) * 1000)
-            top = top_host(data)
-            if top is None:
-                raise RuntimeError(f"prioritize answered no host: {data[:300]!r}")
-            pending.append(pool.submit(bind, i, top))
-        errors = sum(1 for f in pending if f.result())
-        elapsed = time.perf_counter() - started
-    for c in [conn, *opened]:
-        c.close()
-    gc.set_threshold(*thresholds)
-    gc.unfreeze()
-    measured = len(pods) - warmup
-    server_cpu = (cpu_seconds(server) - server_cpu0) * 1000 / measured
-    driver_cpu = (time.process_time() - driver_cpu0) * 1000 / measured
-    return Result(
-        filter_ms,
-        prioritize_ms,
-        server_cpu,
-        driver_cpu,
-        measured / elapsed,
-        len(pending) - errors,
-        unschedulable,
-        errors,
-    )
+def nodes_to_find(total: int, percentage: int) -> int:
+    """numFeasibleNodesToFind of kube-scheduler: how many feasible nodes a cycle looks for."""
+    if total < 100 or percentage >= 100:
+        return total
+    adaptive = percentage if percentage > 0 else max(5, 50 - total // 125)
+    return max(100, total * adaptive // 100)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` and its threads so far (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def resident_mib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+@dataclass
+class Result:
+    filter_ms: list[float] = field(default_factory=list)
+    prioritize_ms: list[float] = field(default_factory=list)
+    attempts: int = 0  # scheduling cycles measured
+    bound: int = 0  # pods bound in the measured window
+    unschedulable: int = 0  # cycles whose pod fit nowhere
+    bind_errors: int = 0  # binds that failed (the pod went back to the queue)
+    binds: int = 0  # binds sent
+    elapsed_s: float = 0.0
+    server_cpu_ms: float = float("nan")  # per measured attempt
+    driver_cpu_ms: float = float("nan")
+    server_rss_mib: float = float("nan")
+
+    @property
+    def bound_per_s(self) -> float:
+        return self.bound / self.elapsed_s if self.elapsed_s else 0.0
+
+    @property
+    def attempts_per_s(self) -> float:
+        return self.attempts / self.elapsed_s if self.elapsed_s else 0.0
+
+    @property
+    def bind_failure_pct(self) -> float:
+        return 100.0 * self.bind_errors / self.binds if self.binds else 0.0
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+
+
+def both_p99(got: Result) -> float:
+    """p99 of filter + prioritize per attempt (an attempt that stops at filter counts filter alone)."""
+    return pct([f + p for f, p in zip(got.filter_ms, got.prioritize_ms, strict=True)], 99)
+
+
+class KubeScheduler:
+    """kube-scheduler's scheduling loop, reduced to what shapes the extender's load.
+
+    ``percentage`` is ``percentageOfNodesToScore`` (0: the adaptive default; 100: every
+    node). In-tree filtering counts CPU, memory and pods of the pods it has assumed or seen
+    bound. Binds run on ``binders`` threads while the loop goes on; a failed bind forgets the
+    pod's assumption and requeues it after a back-off.
+    """
+
+    BACKOFF_S = (1.0, 10.0)
+
+    def __init__(
+        self,
+        port: int,
+        nodes: Sequence[dict[str, Any]],
+        running: Sequence[dict[str, Any]],
+        *,
+        percentage: int = 0,
+        mode: str = "names",
+        binders: int = 8,
+        retry_every: int = 50,
+        seed: int = 1,
+    ) -> None:
+        self.port = port
+        self.mode = mode
+        self.percentage = percentage
+        self.names = [n["metadata"]["name"] for n in nodes]
+        self.index = {n: i for i, n in enumerate(self.names)}
+        self.encoded = [orjson.dumps(n) for n in self.names]
+        self.all_names = orjson.dumps(self.names)
+        self.nodes_json = [orjson.dumps(n) for n in nodes]
+        self.cpu = np.full(len(nodes), NODE_CPU, dtype=np.int64)
+        self.memory = np.full(len(nodes), NODE_MEMORY_MIB, dtype=np.int64)
+        self.pods = np.full(len(nodes), NODE_PODS, dtype=np.int64)
+        for pod in running:  # the bound pods kube-scheduler's cache starts with
+            self._take(self.index[pod["spec"]["nodeName"]], self._requests(pod), 1)
+        self.start = 0
+        self.binders = binders
+        self.errors: list[str] = []  # what failed binds answered
+        self.retry_every = retry_every
+        self.rng = random.Random(seed)
+
+    @staticmethod
+    def _requests(pod: dict[str, Any]) -> tuple[int, int]:
+        demand = parse_pod(pod).demand
+        return demand.cpu_milli, demand.memory_mib
+
+    def _take(self, i: int, requests: tuple[int, int], sign: int) -> None:
+        self.cpu[i] -= sign * requests[0]
+        self.memory[i] -= sign * requests[1]
+        self.pods[i] -= sign
+
+    def feasible(self, requests: tuple[int, int]) -> np.ndarray:
+        """The nodes this cycle sends the extender: the first feasible ones from the rotating start."""
+        total = len(self.names)
+        wanted = nodes_to_find(total, self.percentage)
+        order = np.roll(np.arange(total), -self.start)
+        fits = (self.cpu[order] >= requests[0]) & (self.memory[order] >= requests[1]) & (self.pods[order] > 0)
+        hits = np.flatnonzero(fits)
+        processed = int(hits[wanted - 1]) + 1 if len(hits) >= wanted else total
+        self.start = (self.start + processed) % total
+        return order[hits[:wanted]]
+
+    def listed(self, chosen: np.ndarray) -> bytes:
+        if self.mode == "nodes":
+            return b'{"metadata":{},"items":[' + b",".join(self.nodes_json[i] for i in chosen.tolist()) + b"]}"
+        if len(chosen) == len(self.names) and (chosen == np.arange(len(chosen))).all():
+            return self.all_names
+        return b"[" + b",".join(self.encoded[i] for i in chosen.tolist()) + b"]"
+
+    def body(self, pod: bytes, listed: bytes) -> bytes:
+        if self.mode == "names":
+            return b'{"Pod":' + pod + b',"Nodes":null,"NodeNames":' + listed + b"}"
+        return b'{"Pod":' + pod + b',"Nodes":' + listed + b',"NodeNames":null}'
+
+    def run(
+        self,
+        pods: Sequence[dict[str, Any]],
+        warmup: int,
+        server: int | None = None,
+        every: tuple[int, Any] | None = None,
+    ) -> Result:
+        """Schedule ``pods`` (in order; failed ones again) until every pod is bound or has been
+        retried, measuring after ``warmup`` attempts. ``server``: its pid, for its CPU;
+        ``every``: (n, call) to call ``call(cycles)`` every n cycles."""
+        encoded = [orjson.dumps(p) for p in pods]
+        requests = [self._requests(p) for p in pods]
+        binds = [
+            orjson.dumps({"PodName": p["metadata"]["name"], "PodNamespace": "bench", "PodUID": p["metadata"]["uid"]})[
+                :-1
+            ]
+            for p in pods
+        ]
+        active: deque[int] = deque(range(len(pods)))
+        backoff: list[tuple[float, int, int]] = []  # (ready at, attempt, pod)
+        unschedulable: list[int] = []
+        tries = [0] * len(pods)
+        inflight: dict[Future[str], tuple[int, int]] = {}  # bind -> (pod, node)
+        result = Result()
+        conn = Connection(self.port)
+        local = threading.local()
+        opened: list[Connection] = []
+
+        def bind(i: int, node: str) -> str:
+            c = getattr(local, "conn", None)
+            if c is None:
+                c = local.conn = Connection(self.port)
+                opened.append(c)
+            return str(orjson.loads(c.post(b"/bind", binds[i] + b',"Node":' + orjson.dumps(node) + b"}"))["Error"])
+
+        gc.collect()
+        gc.freeze()
+        thresholds = gc.get_threshold()
+        gc.set_threshold(*GC_THRESHOLDS)
+        cycles = 0
+        measuring = False
+        started = server0 = driver0 = idle = 0.0
+        with ThreadPoolExecutor(self.binders) as pool:
+            while active or backoff or inflight or unschedulable:
+                for done in [f for f in inflight if f.done()]:
+                    pod, node = inflight.pop(done)
+                    error = done.result()
+                    if error:
+                        self.errors.append(error)
+                        self._take(node, requests[pod], -1)  # forget the assumption
+                        tries[pod] += 1
+                        lo, hi = self.BACKOFF_S
+                        heapq.heappush(
+                            backoff, (time.monotonic() + min(hi, lo * 2 ** (tries[pod] - 1)), tries[pod], pod)
+                        )
+                        result.bind_errors += measuring
+                    else:
+                        result.bound += measuring
+                now = time.monotonic()
+                while backoff and backoff[0][0] <= now:
+                    active.append(heapq.heappop(backoff)[2])
+                if cycles and cycles % self.retry_every == 0 and unschedulable:
+                    active.extend(unschedulable)  # a cluster event moves them back
+                    unschedulable.clear()
+                if not active:
+                    if unschedulable and not inflight and not backoff:
+                        break  # only pods that fit nowhere are left: they have had their retries
+                    waited = time.perf_counter()
+                    time.sleep(0.001)
+                    idle += time.perf_counter() - waited  # nothing to schedule: not the extender's time
+                    continue
+                if cycles == warmup:
+                    measuring = True
+                    started = time.perf_counter()
+                    server0 = cpu_seconds(server) if server else float("nan")
+                    driver0 = time.process_time()
+                pod = active.popleft()
+                cycles += 1
+                if every is not None and cycles % every[0] == 0:
+                    every[1](cycles)
+                chosen = self.feasible(requests[pod])
+                listed = self.listed(chosen)
+                t0 = time.perf_counter()
+                data = conn.post(b"/filter", self.body(encoded[pod], listed))
+                t1 = time.perf_counter()
+                if self.mode == "names":
+                    answer, survivors = split_filter_answer(data)
+                    empty = survivors in (b"[]", b"null")
+                else:
+                    answer = orjson.loads(data)
+                    items = (answer["Nodes"] or {}).get("items", [])
+                    survivors = b'{"metadata":{},"items":[' + b",".join(orjson.dumps(n) for n in items) + b"]}"
+                    empty = not items
+                if answer.get("Error"):
+                    empty = True
+                if measuring:
+                    result.attempts += 1
+                    result.filter_ms.append((t1 - t0) * 1000)
+                if empty:
+                    if measuring:
+                        result.prioritize_ms.append(0.0)
+                        result.unschedulable += 1
+                    tries[pod] += 1
+                    if tries[pod] <= 20:
+                        unschedulable.append(pod)
+                    continue
+                t2 = time.perf_counter()
+                data = conn.post(b"/prioritize", self.body(encoded[pod], survivors))
+                t3 = time.perf_counter()
+                if measuring:
+                    result.prioritize_ms.append((t3 - t2) * 1000)
+                hosts = top_hosts(data)
+                if not hosts:
+                    raise RuntimeError(f"prioritize answered no host: {data[:300]!r}")
+                host = hosts[self.rng.randrange(len(hosts))] if len(hosts) > 1 else hosts[0]
+                node = self.index[host]
+                self._take(node, requests[pod], 1)  # assume
+                result.binds += measuring
+                inflight[pool.submit(bind, pod, host)] = (pod, node)
+            result.elapsed_s = time.perf_counter() - started - idle if measuring else 0.0
+        if measuring and result.attempts:
+            if server:
+                result.server_cpu_ms = (cpu_seconds(server) - server0) * 1000 / result.attempts
+                result.server_rss_mib = resident_mib(server)
+            result.driver_cpu_ms = (time.process_time() - driver0) * 1000 / result.attempts
+        for c in [conn, *opened]:
+            c.close()
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+        return result
 
 
 def pin(server_cpus: int) -> set[int] | None:
@@ -456,15 +783,6 @@ def pin(server_cpus: int) -> set[int] | None:
     return set(cpus[:server_cpus])
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` and its threads so far (Linux /proc)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def over_allocated(client: ExtenderClient) -> int:
     """Records the service refused as conflicting (0 means nothing is over capacity)."""
     nodes = client.get("/debug/nodes")["nodes"]
@@ -474,105 +792,154 @@ def over_allocated(client: ExtenderClient) -> int:
 # ---------------------------------------------------------------- main
 
 
-def both_p99(got: Result) -> float:
-    """p99 of filter + prioritize per pod."""
-    return pct([f + p for f, p in zip(got.filter_ms, got.prioritize_ms, strict=False)], 99)
+SAMPLING = {"default": 0, "all": 100}
 
 
-def row(n: int, mode: str, policy: str, got: Result, base: Result | None, bad: str) -> tuple[str, ...]:
-    """One line of the table; ``base``, the noop's run, gives the ratios."""
+def serve_command(cluster: Path, port: int, policy: str) -> list[str]:
+    return [
+        *gpuslice_command(),
+        "serve",
+        "--cluster-file",
+        str(cluster),
+        "--port",
+        str(port),
+        "--policy",
+        policy,
+        "--max-body-bytes",
+        str(BODY_CAP),
+    ]
+
+
+def measure(
+    command: list[str], cluster: Cluster, sampling: str, mode: str, warmup: int, log: Path, cpus: set[int] | None
+) -> tuple[Result, int]:
+    port = free_port()
+    command = [*command[:-1], str(port)] if command[-2] == "--noop-port" else _with_port(command, port)
+    with running(command, port, log, cpus) as (client, pid):
+        scheduler = KubeScheduler(port, cluster.nodes, cluster.running, percentage=SAMPLING[sampling], mode=mode)
+        got = scheduler.run(cluster.pending, warmup, pid)
+        bad = over_allocated(client) if "--noop-port" not in command else 0
+    return got, bad
+
+
+def _with_port(command: list[str], port: int) -> list[str]:
+    out = list(command)
+    out[out.index("--port") + 1] = str(port)
+    return out
+
+
+COLUMNS = (
+    "nodes",
+    "sampling",
+    "extender",
+    "filter p50",
+    "filter p99",
+    "prio p50",
+    "prio p99",
+    "f+p p99",
+    "bound/s",
+    "tries/s",
+    "bind fail %",
+    "srv cpu/try",
+    "drv cpu/try",
+    "srv RSS MiB",
+    "x p99",
+    "x bound/s",
+    "over-alloc",
+    "load 1m",
+)
+
+
+def row(n: int, sampling: str, name: str, got: Result, base: Result | None, bad: int) -> tuple[str, ...]:
     both = both_p99(got)
     return (
         str(n),
-        mode,
-        policy,
+        sampling,
+        name,
         f"{pct(got.filter_ms, 50):.2f}",
         f"{pct(got.filter_ms, 99):.2f}",
-        f"{pct(got.prioritize_ms, 50):.2f}",
-        f"{pct(got.prioritize_ms, 99):.2f}",
+        f"{pct([p for p in got.prioritize_ms if p], 50):.2f}",
+        f"{pct([p for p in got.prioritize_ms if p], 99):.2f}",
         f"{both:.2f}",
-        f"{got.pods_per_s:.0f}",
+        f"{got.bound_per_s:.0f}",
+        f"{got.attempts_per_s:.0f}",
+        f"{got.bind_failure_pct:.2f}",
         f"{got.server_cpu_ms:.2f}",
         f"{got.driver_cpu_ms:.2f}",
+        f"{got.server_rss_mib:.0f}",
         f"{both / both_p99(base):.2f}" if base else "-",
-        f"{got.pods_per_s / base.pods_per_s:.2f}" if base else "-",
-        str(got.bound),
-        str(got.unschedulable),
-        str(got.bind_errors),
-        bad,
+        f"{got.bound_per_s / base.bound_per_s:.2f}" if base and base.bound_per_s else "-",
+        str(bad),
         f"{os.getloadavg()[0]:.2f}",
     )
 
 
+def summary(rows: list[tuple[str, ...]]) -> list[str]:
+    """Median (range) of the repeated runs, per (nodes, sampling, extender)."""
+    groups: dict[tuple[str, str, str], list[tuple[str, ...]]] = {}
+    for r in rows:
+        groups.setdefault(r[:3], []).append(r)
+    out = []
+    for key, runs in groups.items():
+        cells = list(key)
+        for c in range(3, len(COLUMNS)):
+            try:
+                values = [float(r[c]) for r in runs]
+            except ValueError:
+                cells.append("-")
+                continue
+            cells.append(f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})")
+        out.append(" | ".join(cells))
+    return out
+
+
 def run(args: argparse.Namespace) -> None:
-    server_cpus = pin(args.server_cpus)
+    cpus = pin(args.server_cpus)
     work = Path(tempfile.mkdtemp(prefix="gpuslice-bench-"))
-    header = (
-        "nodes",
-        "mode",
-        "policy",
-        "filter p50",
-        "filter p99",
-        "prio p50",
-        "prio p99",
-        "f+p p99",
-        "pods/s",
-        "srv cpu/pod",
-        "drv cpu/pod",
-        "ratio p99",
-        "ratio pods/s",
-        "bound",
-        "unsched",
-        "bind err",
-        "over-alloc",
-        "load 1m",
-    )
-    print(" | ".join(header), flush=True)
+    print(" | ".join(COLUMNS), flush=True)
+    rows: list[tuple[str, ...]] = []
     for n in args.nodes:
-        cluster = work / f"cluster-{n}.json"
-        nodes, pods = write_cluster(cluster, n, args.pods + args.warmup, args.seed)
-        for mode in args.mode:
-            port = free_port()
-            noop = [sys.executable, __file__, "--noop-port", str(port)]
-            with running(noop, port, work / f"noop-{n}-{mode}.log", server_cpus) as (_, pid):
-                base = play(port, pid, nodes, pods, mode, args.warmup)
-            print(" | ".join(row(n, mode, "(noop)", base, None, "-")), flush=True)
-            for policy in args.policy:
-                port = free_port()
-                command = [
-                    *gpuslice_command(),
-                    "serve",
-                    "--cluster-file",
-                    str(cluster),
-                    "--port",
-                    str(port),
-                    "--policy",
-                    policy,
-                    "--max-body-bytes",
-                    str(BODY_CAP),
-                ]
-                with running(command, port, work / f"serve-{n}-{mode}-{policy}.log", server_cpus) as (client, pid):
-                    got = play(port, pid, nodes, pods, mode, args.warmup)
-                    bad = over_allocated(client)
-                print(" | ".join(row(n, mode, policy, got, base, str(bad))), flush=True)
+        path = work / f"cluster-{n}.json"
+        cluster = write_cluster(path, n, args.pods + args.warmup, args.seed, args.mix, args.fill)
+        for _ in range(args.repeat):
+            for sampling in args.sampling:
+                noop = [sys.executable, __file__, "--noop-port", "0"]
+                base, _ = measure(noop, cluster, sampling, args.mode, args.warmup, work / "noop.log", cpus)
+                rows.append(row(n, sampling, "(noop)", base, None, 0))
+                print(" | ".join(rows[-1]), flush=True)
+                for policy in args.policy:
+                    command = serve_command(path, 0, policy)
+                    got, bad = measure(command, cluster, sampling, args.mode, args.warmup, work / f"{policy}.log", cpus)
+                    rows.append(row(n, sampling, policy, got, base, bad))
+                    print(" | ".join(rows[-1]), flush=True)
+    if args.repeat > 1:
+        print("\nmedian (range) over the runs:")
+        print(" | ".join(COLUMNS))
+        for line in summary(rows):
+            print(line)
     print(
-        f"\n(times in ms, client side over HTTP; {args.pods} measured pods after {args.warmup} warm-up pods; "
-        "cpu/pod: CPU ms the server (srv) and this driver (drv) spent per measured pod, binds included; "
-        "(noop) = a do-nothing endpoint on the same HTTP stack, run just before; ratio = the policy's f+p p99 and "
-        f"pods/s over the noop's; load 1m: the machine's load average; logs in {work})"
+        f"\n(times in ms, client side over HTTP; {args.pods} measured scheduling attempts after {args.warmup}; "
+        f"mix {args.mix}, cluster filled to {args.fill:.0%} before the run; sampling default = "
+        "percentageOfNodesToScore unset (adaptive), all = every node; bound/s: pods bound per second; "
+        "tries/s: scheduling attempts per second (pods that fit nowhere included); cpu/try: CPU ms per attempt "
+        "of the server and of this driver; x: the ratio against the do-nothing extender of the same run; "
+        f"logs in {work})"
     )
     if not args.keep:
-        for path in work.glob("cluster-*.json"):
-            path.unlink()
+        path.unlink(missing_ok=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, nargs="+", default=[100, 1000, 5000])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--policy", nargs="+", default=["binpack", "fgd"])
-    parser.add_argument("--mode", nargs="+", choices=["names", "nodes"], default=["names", "nodes"])
-    parser.add_argument("--pods", type=int, default=400, help="measured pods per run")
-    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--sampling", nargs="+", choices=sorted(SAMPLING), default=["default", "all"])
+    parser.add_argument("--mode", choices=["names", "nodes"], default="names")
+    parser.add_argument("--mix", choices=sorted(MIXES), default="many")
+    parser.add_argument("--fill", type=float, default=0.0, help="GPU share allocated before the run (0..1)")
+    parser.add_argument("--pods", type=int, default=600, help="measured scheduling attempts' pods")
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each (alternating), then medians")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the generated cluster files")
     parser.add_argument(
@@ -584,13 +951,15 @@ def main() -> None:
     )
     parser.add_argument("--noop-port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.noop_port:
+    if args.noop_port is not None:
         import uvicorn
 
         uvicorn.run(
             noop_app(), host="127.0.0.1", port=args.noop_port, log_level="warning", access_log=False, lifespan="off"
         )
         return
+    if not 0 <= args.fill < 1:
+        raise SystemExit(f"--fill {args.fill}: accepted: a share from 0 to below 1")
     os.environ.setdefault("PYTHONHASHSEED", "0")
     run(args)
 

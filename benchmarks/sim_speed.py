@@ -1,4 +1,4 @@
-"""Simulator speed on the Alibaba openb trace (PACKING-BENCHMARK.md §C).
+"""Simulator speed on the Alibaba openb trace (fetched as the README says).
 
 Two figures:
   single  one full default run (1213 nodes, the trace inflated to 130% of GPU capacity) with FGD,
@@ -8,7 +8,8 @@ Two figures:
 
     python benchmarks/sim_speed.py [--data DIR] [--trace default] [--seeds 42-51] [--workers 2] [--single-only]
 
-DIR defaults to $GPUSLICE_SHARED_DATA or <repo>/../shared/data.
+DIR (the folder of openb_pod_list_*.csv) defaults to $GPUSLICE_OPENB, else where the README's
+commands put it (data/clusterdata/cluster-trace-gpu-v2023/csv).
 """
 
 from __future__ import annotations
@@ -20,14 +21,13 @@ import time
 from pathlib import Path
 
 from scheduler.sim.commands import PAPER_POLICIES, parse_seeds
+from scheduler.sim.datasets import OPENB_ENV, openb_dir
 from scheduler.sim.engine import simulate
 from scheduler.sim.metrics import summary_row
 from scheduler.sim.openb import read_trace
 from scheduler.sim.runner import RunSpec, run_all
 
-DEFAULT_DATA = Path(
-    os.environ.get("GPUSLICE_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data")
-)
+DEFAULT_DATA = openb_dir(Path(__file__).resolve().parents[1])
 
 
 def main() -> int:
@@ -38,9 +38,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--single-only", action="store_true")
     args = parser.parse_args()
-    path = args.data / "openb" / f"openb_pod_list_{args.trace}.csv"
+    path = args.data / f"openb_pod_list_{args.trace}.csv"
     if not path.exists():
-        print(f"no trace at {path} (give --data or set GPUSLICE_SHARED_DATA)", file=sys.stderr)
+        print(f"no trace at {path} (give --data or set {OPENB_ENV})", file=sys.stderr)
         return 2
     trace = read_trace(path)
     print(

@@ -2,7 +2,7 @@
 
 Two implementations: ``scheduler.kube.KubeBackend`` (list + watch against the API
 server, binds serialised per node by a compare-and-set) and
-``scheduler.extender.filebackend.FileBackend`` (a ``v1 List`` file, binds kept in memory).
+``scheduler.filebackend.FileBackend`` (a ``v1 List`` file, binds kept in memory).
 The extender depends only on this protocol; it never imports ``kubernetes``.
 """
 
@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from scheduler.core.allocation import Allocation
+from scheduler.core.pods import pod_key
 
 
 class Kind(StrEnum):
@@ -42,7 +43,7 @@ class PodRef:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return pod_key(self.namespace, self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,11 @@ class Backend(Protocol):
         """True once the first full sync is done and the watch is healthy."""
 
     def stop(self) -> None: ...
+
+    def node_event(self, node: str, reason: str, message: str) -> None:
+        """Tell ``node``'s operators something is wrong with it, where they look: a Warning
+        Event on the Node (``kubectl describe node``) from the Kubernetes backend. Best
+        effort: it never raises, and never makes the caller (the watch) wait."""
 
     def bind(self, pod: PodRef, node: str, decide: Decide) -> BindResult:
         """Give ``pod`` a share on ``node`` and bind it there, or fail cleanly.

@@ -1,43 +1,24 @@
 """Print the Markdown tables of simulations/README.md from the recorded results.
 
-python simulations/tables.py [--reference ../shared/data/fgd_expected_results]
+python simulations/tables.py [--reference DIR]
+
+DIR: the FGD authors' result curves, by default where the README's commands fetch them
+(data/fgd/experiments/analysis/expected_results) or $GPUSLICE_FGD_RESULTS.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import os
 from pathlib import Path
 
+from scheduler.sim.datasets import results_dir
 from scheduler.sim.reference import load
-from scheduler.sim.report import markdown_table, rows_from_files
+from scheduler.sim.report import markdown_table, pivot_table, rows_from_files
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_REFERENCE = Path(os.environ.get("GPUSLICE_SHARED_DATA", HERE.parents[1] / "shared" / "data")) / (
-    "fgd_expected_results"
-)
+DEFAULT_REFERENCE = results_dir(HERE.parent)
 PAPER = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")
 LIMIT = {"random": 0.5, "bestfit": 0.5, "fgd": 0.5, "dotprod": 1.0, "gpuclustering": 1.0, "gpupacking": 1.0}
-
-
-def pivot(rows: list[dict[str, object]]) -> str:
-    """One line per trace: per policy, ours (mean over seeds) / the paper's, marked when outside the check."""
-    by = {(str(r["trace"]), str(r["policy"])): r for r in rows}
-    traces = sorted({t for t, _ in by}, key=lambda t: (t != "default", t))
-    lines = ["| trace | " + " | ".join(PAPER) + " |", "|---|" + "---:|" * len(PAPER)]
-    for trace in traces:
-        cells = []
-        for policy in PAPER:
-            row = by.get((trace, policy))
-            if row is None:
-                cells.append("–")
-                continue
-            ours, paper, delta = (float(str(row[k])) for k in ("unallocated_mean", "paper", "delta"))
-            mark = "" if math.isnan(delta) or abs(delta) <= LIMIT[policy] else " ✗"
-            cells.append(f"{ours:.2f} / {paper:.2f}{mark}")
-        lines.append(f"| {trace} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def versus(rows: list[dict[str, object]], new: str = "fgd-cpu", old: str = "fgd") -> str:
@@ -79,7 +60,7 @@ def main() -> None:
         print(f"### {summary.parent.relative_to(HERE)}\n")
         print(markdown_table(rows))
     print("### openb: unallocated GPU % at arrived = 100%, ours / paper (mean of 10 seeds)\n")
-    print(pivot(openb))
+    print(pivot_table(openb, LIMIT, PAPER))
     if challenger:
         print("### fgd-cpu against FGD: unallocated GPU % at arrived = 100% (mean ± sd of 10 seeds)\n")
         print(versus(challenger))

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.core import CATALOG, Device, MigInstance, Node, NodeState, SharingMode
-from scheduler.core.catalog import GpuModel
+from scheduler.core.catalog import CATALOG, GpuModel
+from scheduler.core.inventory import Device, MigInstance, Node, SharingMode
 from scheduler.core.request import DEFAULT_PREFIX
+from scheduler.core.state import NodeState
 
 
 def make_device(
@@ -74,3 +75,11 @@ def pod(
         "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "annotations": annotations},
         "spec": {"containers": [{"name": "main", "image": "x", "resources": {"requests": requests, "limits": limits}}]},
     }
+
+
+def make_policy_for(name: str, workload: Any = None, seed: int = 0, **options: Any) -> Any:
+    """Policy ``name`` as a run builds it: ``options`` for its options dataclass, ``workload``
+    (a TypicalWorkload) and ``seed`` as the run's context."""
+    from scheduler.core.policies import Context, make_policy
+
+    return make_policy(name, options or None, Context(seed, workload))

@@ -1,58 +1,10 @@
 """The packing core: pure, typed, no I/O. The extender and the simulator both call it.
 
 Layering inside the core (lower never imports higher):
-errors, quantity -> catalog -> inventory -> request -> allocation -> mig -> state
--> fit -> capacity -> fragmentation -> policies -> select.
+errors, quantity -> catalog -> inventory -> request -> allocation -> mig -> capacity
+-> state -> fit -> fragmentation -> policies -> select -> board.
+
+Import from the modules (``from scheduler.core.fit import fit``): the package itself imports
+nothing, so that a command that needs only ``errors`` (``gpuslice --help``, ``gpuslice
+inspect``) does not load numpy and networkx.
 """
-
-from .allocation import Allocation, DeviceShare, MigSlot, decode_record, encode_record
-from .catalog import CATALOG, GpuModel, lookup_model
-from .errors import ConfigError, GpusliceError, InventoryError, RecordError, RequestError
-from .fit import Fit, fit
-from .fragmentation import DEFAULT_WORKLOAD, Fragmentation, TypicalWorkload
-from .inventory import Device, MigInstance, Node, SharingMode
-from .policies import REGISTRY, Policy, make_policy
-from .request import DEFAULT_PREFIX, Demand, GpuKind, GpuRequest, PodRequest, parse_pod
-from .select import Placement, Ranking, best, evaluate, rank
-from .state import NodeState, rebuild
-
-__all__ = [
-    "CATALOG",
-    "DEFAULT_PREFIX",
-    "DEFAULT_WORKLOAD",
-    "REGISTRY",
-    "Allocation",
-    "ConfigError",
-    "Demand",
-    "Device",
-    "DeviceShare",
-    "Fit",
-    "Fragmentation",
-    "GpuKind",
-    "GpuModel",
-    "GpuRequest",
-    "GpusliceError",
-    "InventoryError",
-    "MigInstance",
-    "MigSlot",
-    "Node",
-    "NodeState",
-    "Placement",
-    "PodRequest",
-    "Policy",
-    "Ranking",
-    "RecordError",
-    "RequestError",
-    "SharingMode",
-    "TypicalWorkload",
-    "best",
-    "decode_record",
-    "encode_record",
-    "evaluate",
-    "fit",
-    "lookup_model",
-    "make_policy",
-    "parse_pod",
-    "rank",
-    "rebuild",
-]

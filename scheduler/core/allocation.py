@@ -1,4 +1,4 @@
-"""What a pod was given, and its record in the ``gpuslice.io/allocation`` annotation (DESIGN §3).
+"""What a pod was given, and its record in the ``gpuslice.io/allocation`` annotation.
 
 An :class:`Allocation` carries no pod identity, so the same value can be cached per
 node state and reused for every pod of the same shape.
@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from .errors import RecordError
 from .inventory import SharingMode
@@ -103,8 +105,8 @@ def decode_record(text: object, pod: str) -> Allocation:
     if not isinstance(text, str):
         raise RecordError(pod, f"allocation record must be a JSON string, got {type(text).__name__}")
     try:
-        body = json.loads(text)
-    except (ValueError, RecursionError) as exc:
+        body = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
         raise RecordError(pod, f"allocation record is not JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise RecordError(pod, "allocation record must be a JSON object")
@@ -147,6 +149,23 @@ def decode_record(text: object, pod: str) -> Allocation:
     if len({s.index for s in shares}) != len(shares):
         raise RecordError(pod, "the same GPU appears twice in one record")
     return Allocation(_str(pod, body, "node"), tuple(shares), _int(pod, body, "cpuMilli"), _int(pod, body, "memoryMiB"))
+
+
+def record_header(text: str) -> tuple[str | None, str | None]:
+    """The ``node`` and ``timestamp`` of a record, without decoding the rest (None where unreadable)."""
+    try:
+        body = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None, None
+    if not isinstance(body, dict):
+        return None, None
+    node, stamp = body.get("node"), body.get("timestamp")
+    return (node if isinstance(node, str) else None), (stamp if isinstance(stamp, str) else None)
+
+
+def record_node(text: str) -> str | None:
+    """The ``node`` of a record (None if unreadable)."""
+    return record_header(text)[0]
 
 
 def record_annotations(alloc: Allocation, prefix: str, phase: str, timestamp: str) -> dict[str, str]:

@@ -1,79 +1,278 @@
-"""How much of a device is still free, in milli-GPU: the one measure policies share.
+"""The capacity model, one rule set per sharing mode: what a GPU holds, what is free on it,
+and why a share does not fit. Every other module asks here.
 
-* exclusive: 1000 if unused, else 0
-* MPS: the smaller of free compute and free memory, as shares of the GPU; 0 at the client limit
-* time-slicing: free memory as a share of the GPU; 0 with no replica left
-* MIG: the smaller of free memory slots and free compute slices, as shares of the layout
-  (static geometry: the free pre-created instances)
+Per mode, for one device and its usage:
+
+* exclusive: whole GPUs only; free is all of it or nothing
+* MPS: the sum of memory <= the GPU's, the sum of compute <= 100% (times the node's
+  oversubscription), clients <= the MPS client limit
+* time-slicing: replicas <= the replica count, the sum of memory <= the GPU's (times the
+  node's oversubscription); compute is interleaved, not divided
+* MIG: instances at legal starts that do not overlap (see :mod:`mig`); a static geometry
+  serves only its pre-created instances
+
+:func:`refusal` says why a share does not fit (None if it does); :func:`free` what is left.
+
+Memory that processes no record accounts for hold (``Device.stray_memory_mib``, measured by
+the node agent) is not a capacity rule either: the records on a GPU hold what they hold
+whatever else runs there. It is a placement rule, :func:`stray_refusal`, asked with the
+capacity rules for every new share; and :func:`free` leaves it out of what is free. On MIG
+GPUs the hardware confines every process to an instance, so a stray process takes memory from
+an instance's holder, not from the free slots: it is reported, never counted here.
+The free share in milli-GPU (:attr:`Free.milli`) is the one measure policies share. A
+refusal's text never holds ``%``: it reaches kube-scheduler, which formats some of its
+messages with Go's ``fmt``.
 """
 
 from __future__ import annotations
 
-from .allocation import Allocation
-from .inventory import Device, SharingMode
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from . import mig
+from .allocation import Allocation, DeviceShare, MigSlot
+from .inventory import Device, Node, SharingMode
 from .request import MILLI
-from .state import DeviceUsage, NodeState, add_share
-
-
-def free_milli(device: Device, usage: DeviceUsage) -> int:
-    if usage.whole:
-        return 0
-    mode = device.mode
-    if mode is SharingMode.EXCLUSIVE:
-        return 0 if usage.shares else MILLI
-    if mode is SharingMode.MIG:
-        layout = device.model.mig
-        if layout is None:
-            return 0
-        if device.mig_static:
-            used = {(s.profile, s.start) for s in usage.mig}
-            free_slots = sum(
-                i.profile.memory_slots for i in device.mig_instances if (i.profile.name, i.start) not in used
-            )
-            return free_slots * MILLI // layout.memory_slots
-        mem_free = layout.memory_slots - sum(s.size for s in usage.mig)
-        slices_free = layout.compute_slices - sum(s.slices for s in usage.mig)
-        return min(mem_free * MILLI // layout.memory_slots, slices_free * MILLI // layout.compute_slices)
-    memory_share = max(0, device.memory_mib - usage.memory_mib) * MILLI // device.memory_mib
-    if mode is SharingMode.MPS:
-        if usage.shares >= device.mps_client_limit:
-            return 0
-        return max(0, min(MILLI - usage.compute_milli, memory_share))
-    if usage.shares >= device.replicas:
-        return 0
-    return memory_share
-
 
 GAP_LEVELS = 100  # gap histograms count a GPU's free share in hundredths
 
 
-def gap_level(free: int) -> int:
+class DeviceUsage(NamedTuple):
+    """What a GPU holds. A named tuple, not a dataclass: it is hashed and compared in every
+    fit question, and a tuple does both in C."""
+
+    memory_mib: int = 0
+    compute_milli: int = 0
+    shares: int = 0
+    whole: bool = False
+    mig: tuple[MigSlot, ...] = ()
+
+
+EMPTY = DeviceUsage()
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a share does not fit on one GPU. ``need_mib`` is set when memory is what is short:
+    a node's reason then names the largest free memory of its GPUs instead of one GPU's."""
+
+    text: str
+    free_mib: int
+    need_mib: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Free:
+    """What is left on one GPU, by its mode's rules."""
+
+    memory_mib: int
+    compute_milli: int
+    milli: int  # the free share in milli-GPU: the measure policies share
+    detail: str  # MIG slots in use, MPS clients, time-slicing replicas
+
+
+def device_kind(device: Device) -> int:
+    """What makes two GPUs interchangeable for the capacity model, apart from their usage."""
+    return device.kind
+
+
+def device_key(node: Node, device: Device, usage: DeviceUsage) -> tuple[int, int, int, DeviceUsage]:
+    """Everything the capacity model reads of one GPU (its kind, its usage, the node's
+    oversubscription): GPUs with equal keys answer every fit question alike."""
+    return (device.kind, node.mps_compute_oversub_pct, node.ts_memory_oversub_pct, usage)
+
+
+def is_whole(device: Device, share: DeviceShare) -> bool:
+    return share.mig is None and share.memory_mib >= device.memory_mib and share.compute_milli >= MILLI
+
+
+def percent(milli: int) -> str:
+    """Compute in milli-GPU as a percentage, written out in words (no ``%``: see the module)."""
+    return f"{milli / 10:g} percent"
+
+
+def unhealthy(device: Device) -> Refusal | None:
+    """Why ``device`` takes no new share (None while it is healthy)."""
+    if device.healthy:
+        return None
+    return Refusal(f"GPU {device.index} is unhealthy: {device.unhealthy_reason or 'reported by the node agent'}", 0)
+
+
+def stray_refusal(node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) -> Refusal | None:
+    """Why the memory that stray processes hold on ``device`` keeps ``share`` off it (None if
+    it does not): an exclusive GPU with any is not free; on MPS and time-slicing GPUs the share
+    must fit in what the records and the strays leave."""
+    stray = device.stray_memory_mib
+    if stray <= 0 or device.mode is SharingMode.MIG:
+        return None
+    held = f"{stray} MiB held by processes no allocation record accounts for"
+    if device.mode is SharingMode.EXCLUSIVE:
+        return Refusal(f"GPU {device.index} is not free: {held}", 0)
+    cap = device.memory_mib if device.mode is SharingMode.MPS else device.memory_mib * node.ts_memory_oversub_pct // 100
+    left = max(0, cap - usage.memory_mib - stray)
+    if share.memory_mib <= left:
+        return None
+    return Refusal(f"needs {share.memory_mib} MiB on one GPU, free {left} MiB ({held})", left, share.memory_mib)
+
+
+def refusal(node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) -> Refusal | None:
+    """None if ``share`` fits on ``device`` beside ``usage``; else the rule it breaks.
+
+    Health is not a capacity rule: a GPU that turned unhealthy still holds what it held
+    (see :func:`unhealthy`, which placement asks first).
+    """
+    free_mib = max(0, device.memory_mib - usage.memory_mib)
+
+    def no(text: str, need_mib: int | None = None, free: int = free_mib) -> Refusal:
+        return Refusal(text, free, need_mib)
+
+    if share.mode is not device.mode:
+        return no(f"GPU {device.index} is in mode {device.mode}, not {share.mode}")
+    if share.memory_mib < 0 or share.compute_milli < 0:
+        return no("negative share")
+    if share.memory_mib > device.memory_mib or share.compute_milli > MILLI:
+        return no(
+            f"needs {share.memory_mib} MiB and {percent(share.compute_milli)} compute on one GPU, "
+            f"GPU {device.index} has {device.memory_mib} MiB"
+        )
+    mode = device.mode
+    if mode is SharingMode.MIG:
+        layout = device.model.mig
+        if share.mig is None or layout is None:
+            return no(f"GPU {device.index} has no MIG layout")
+        profile = next((p for p in device.allowed_profiles() if p.name == share.mig.profile), None)
+        if profile is None or (profile.memory_slots, profile.compute_slices) != (share.mig.size, share.mig.slices):
+            return no(f"profile {share.mig.profile} is not allowed on GPU {device.index}")
+        if device.mig_static and not any(
+            inst.profile.name == profile.name and inst.start == share.mig.start for inst in device.mig_instances
+        ):
+            return no(f"GPU {device.index} has no pre-created {profile.name} at slot {share.mig.start}")
+        problem = mig.why_not(layout, usage.mig, profile, share.mig.start)
+        return None if problem is None else no(problem)
+    if share.mig is not None:
+        return no(f"GPU {device.index} is not in MIG mode")
+    if usage.whole or (usage.shares and (mode is SharingMode.EXCLUSIVE or is_whole(device, share))):
+        return no(f"GPU {device.index} is not free", free=0)
+    if mode is SharingMode.EXCLUSIVE:
+        return None if is_whole(device, share) else no(f"GPU {device.index} is exclusive: whole GPU only")
+    if mode is SharingMode.MPS:
+        if usage.shares >= device.mps_client_limit:
+            return no(f"GPU {device.index} has reached its MPS client limit of {device.mps_client_limit}")
+        cap = MILLI * node.mps_compute_oversub_pct // 100
+        if usage.compute_milli + share.compute_milli > cap:
+            return no(
+                f"needs {percent(share.compute_milli)} compute on one GPU, "
+                f"free {percent(max(0, cap - usage.compute_milli))}"
+            )
+        mem_cap = device.memory_mib
+    else:
+        if usage.shares >= device.replicas:
+            return no(f"GPU {device.index} has no free time-slicing replica (of {device.replicas})")
+        mem_cap = device.memory_mib * node.ts_memory_oversub_pct // 100
+    if usage.memory_mib + share.memory_mib > mem_cap:
+        left = max(0, mem_cap - usage.memory_mib)
+        return no(f"needs {share.memory_mib} MiB on one GPU, free {left} MiB", share.memory_mib, left)
+    return None
+
+
+def add_share(device: Device, usage: DeviceUsage, share: DeviceShare) -> DeviceUsage:
+    return DeviceUsage(
+        usage.memory_mib + share.memory_mib,
+        usage.compute_milli + share.compute_milli,
+        usage.shares + 1,
+        usage.whole or device.mode is SharingMode.EXCLUSIVE or is_whole(device, share),
+        usage.mig if share.mig is None else tuple(sorted((*usage.mig, share.mig))),
+    )
+
+
+def remove_share(usage: DeviceUsage, share: DeviceShare) -> DeviceUsage:
+    migs = list(usage.mig)
+    if share.mig is not None:
+        migs.remove(share.mig)
+    return DeviceUsage(
+        usage.memory_mib - share.memory_mib,
+        usage.compute_milli - share.compute_milli,
+        usage.shares - 1,
+        usage.whole and usage.shares > 1,  # a whole share is always alone on its GPU
+        tuple(migs),
+    )
+
+
+def free(node: Node, device: Device, usage: DeviceUsage) -> Free:
+    """What is left on ``device``: memory, compute and the free share, by its mode's rules.
+
+    The free share: exclusive 1000 if unused, else 0; MPS the smaller of free compute and
+    free memory, as shares of the GPU, 0 at the client limit; time-slicing free memory as a
+    share of the GPU, 0 with no replica left; MIG the smaller of free memory slots and free
+    compute slices, as shares of the layout (static geometry: the free pre-created instances).
+    An unhealthy GPU has nothing free. Stray memory (see :func:`stray_refusal`) is not free:
+    an exclusive GPU with any has nothing free, and on MPS and time-slicing GPUs it is taken
+    from the free memory.
+    """
+    if not device.healthy:
+        return Free(0, 0, 0, "unhealthy")
+    mode = device.mode
+    stray = device.stray_memory_mib if mode is not SharingMode.MIG else 0
+    note = f"; stray {stray} MiB" if stray else ""
+    if mode is SharingMode.EXCLUSIVE:
+        if usage.shares:
+            return Free(0, 0, 0, "in use" + note)
+        if stray:
+            return Free(0, 0, 0, f"not free: stray {stray} MiB")
+        return Free(device.memory_mib, MILLI, MILLI, "free")
+    if mode is SharingMode.MIG:
+        return _mig_free(device, usage)
+    used_mib = usage.memory_mib + stray
+    memory_share = max(0, device.memory_mib - used_mib) * MILLI // device.memory_mib
+    if mode is SharingMode.MPS:
+        cap = MILLI * node.mps_compute_oversub_pct // 100
+        detail = f"{usage.shares}/{device.mps_client_limit} clients{note}"
+        if usage.shares >= device.mps_client_limit or usage.whole:
+            return Free(0, 0, 0, detail)
+        share = max(0, min(MILLI - usage.compute_milli, memory_share))
+        return Free(max(0, device.memory_mib - used_mib), max(0, cap - usage.compute_milli), share, detail)
+    cap_mib = device.memory_mib * node.ts_memory_oversub_pct // 100
+    detail = f"{usage.shares}/{device.replicas} replicas{note}"
+    if usage.shares >= device.replicas or usage.whole:
+        return Free(0, 0, 0, detail)
+    return Free(max(0, cap_mib - used_mib), max(0, MILLI - usage.compute_milli), memory_share, detail)
+
+
+def _mig_free(device: Device, usage: DeviceUsage) -> Free:
+    layout = device.model.mig
+    if layout is None:
+        return Free(0, 0, 0, "no MIG layout")
+    used = ", ".join(f"{s.profile}@{s.start}" for s in usage.mig) or "none"
+    if device.mig_static:
+        taken = {(s.profile, s.start) for s in usage.mig}
+        left = [i for i in device.mig_instances if (i.profile.name, i.start) not in taken]
+        slots = sum(i.profile.memory_slots for i in left)
+        return Free(
+            sum(i.profile.memory_mib for i in left),
+            sum(i.profile.compute_slices for i in left) * MILLI // layout.compute_slices,
+            slots * MILLI // layout.memory_slots,
+            f"static; used {used}",
+        )
+    slots = layout.memory_slots - sum(s.size for s in usage.mig)
+    slices = layout.compute_slices - sum(s.slices for s in usage.mig)
+    return Free(
+        slots * device.memory_mib // layout.memory_slots,
+        slices * MILLI // layout.compute_slices,
+        min(slots * MILLI // layout.memory_slots, slices * MILLI // layout.compute_slices),
+        f"dynamic; used {used}",
+    )
+
+
+def free_milli(node: Node, device: Device, usage: DeviceUsage) -> int:
+    """The free share of one GPU in milli-GPU (see :func:`free`)."""
+    return free(node, device, usage).milli
+
+
+def gap_level(free_share: int) -> int:
     """A free share in milli-GPU as a gap level, 0..GAP_LEVELS."""
-    return free * GAP_LEVELS // MILLI
-
-
-def gap_levels(state: NodeState) -> list[int]:
-    """Each GPU's free share as a gap level (0: full or unusable, GAP_LEVELS: idle)."""
-    return [gap_level(free_milli(d, u)) for d, u in zip(state.node.devices, state.usage, strict=True)]
-
-
-def node_free_milli(state: NodeState) -> int:
-    return sum(free_milli(d, u) for d, u in zip(state.node.devices, state.usage, strict=True))
-
-
-def node_capacity_milli(state: NodeState) -> int:
-    return MILLI * len(state.node.devices)
+    return free_share * GAP_LEVELS // MILLI
 
 
 def allocated_milli(alloc: Allocation) -> int:
     """GPU an allocation takes, in milli-GPU (its compute share on each GPU)."""
     return sum(min(MILLI, s.compute_milli) for s in alloc.shares)
-
-
-def free_after(state: NodeState, alloc: Allocation) -> int:
-    """Free milli-GPU left on the GPUs ``alloc`` touches, once it is placed (for tightest fit)."""
-    total = 0
-    for share in alloc.shares:
-        device = state.node.devices[share.index]
-        total += free_milli(device, add_share(device, state.usage[share.index], share))
-    return total

@@ -1,4 +1,4 @@
-"""GPU models and their MIG layouts (NVIDIA MIG user guide; see DESIGN §4).
+"""GPU models and their MIG layouts (from NVIDIA's MIG user guide).
 
 A MIG layout is a set of profile *shapes* (memory slots, compute slices, max count,
 legal start slots); each model names those shapes by its own memory size. A request

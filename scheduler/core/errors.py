@@ -4,7 +4,8 @@
     ├── RequestError        a pod's GPU request is malformed or contradictory
     ├── InventoryError      a node's GPU inventory is malformed
     ├── RecordError         an allocation record does not decode or conflicts with the node
-    └── ConfigError         configuration rejected at start-up (raised outside the core)
+    ├── ConfigError         configuration rejected at start-up (raised outside the core)
+    └── UsageError          a command's option or input rejected before any work starts
 
 "Does not fit" is not an error: fit returns a reason string instead.
 """
@@ -44,3 +45,8 @@ class RecordError(GpusliceError, ValueError):
 
 class ConfigError(GpusliceError, ValueError):
     """Configuration rejected at start-up; the message starts with the field's path."""
+
+
+class UsageError(GpusliceError, ValueError):
+    """A command-line option or input rejected before any work starts; the message names the
+    option, the value and what is accepted."""

@@ -2,6 +2,9 @@
 
 ``fit`` returns every candidate allocation (one per GPU for single-GPU requests, with
 MIG starts already chosen by the slot rule), or a short stable reason why none exists.
+A GPU's answer depends only on the request and what the capacity model reads of the GPU
+(:func:`~scheduler.core.capacity.device_key`), so it is worked out once per such pair
+and kept in a bounded table: many GPUs of a cluster are alike.
 """
 
 from __future__ import annotations
@@ -10,18 +13,20 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations, islice
 from math import comb
+from typing import Any
 
 import networkx as nx
 
 from . import mig
-from .allocation import Allocation, DeviceShare
+from .allocation import Allocation, DeviceShare, MigSlot
+from .capacity import DeviceUsage, Refusal, device_key, percent, refusal, stray_refusal, unhealthy
 from .catalog import MigProfile
 from .inventory import Device, Node, SharingMode
-from .memo import intern
 from .request import MILLI, Demand, GpuKind, GpuRequest
-from .state import DeviceUsage, NodeState, why_not
+from .state import NodeState
 
 _MAX_COMBINATIONS = 4096
+_TABLE_LIMIT = 200_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +38,24 @@ class Fit:
         return bool(self.allocations)
 
 
-def _mig_share(gpu: GpuRequest, device: Device, usage: DeviceUsage, profiles: list[MigProfile]) -> DeviceShare | str:
+@dataclass(frozen=True, slots=True)
+class _Share:
+    """A share on one GPU, without the GPU's identity: what :func:`device_share` works out."""
+
+    memory_mib: int
+    compute_milli: int
+    mig: MigSlot | None = None
+    instance_start: int | None = None  # a static MIG instance: the one at this start
+
+
+# Per request, per device key: a request is looked up once per node, not once per GPU.
+_SHARES: dict[GpuRequest, dict[tuple[Any, ...], _Share | Refusal]] = {}
+
+
+def _mig_share(device: Device, usage: DeviceUsage, profiles: list[MigProfile], wanted: str) -> _Share | Refusal:
     layout = device.model.mig
     assert layout is not None
+    compute = {p.name: p.compute_slices * MILLI // layout.compute_slices for p in profiles}
     for profile in profiles:
         if device.mig_static:
             used = {(s.profile, s.start) for s in usage.mig}
@@ -48,66 +68,106 @@ def _mig_share(gpu: GpuRequest, device: Device, usage: DeviceUsage, profiles: li
                 None,
             )
             if inst is not None:
-                return DeviceShare(
-                    inst.uuid or device.uuid,
-                    device.index,
-                    SharingMode.MIG,
-                    profile.memory_mib,
-                    profile.compute_slices * 1000 // layout.compute_slices,
-                    mig.slot_of(profile, inst.start),
-                )
+                return _Share(profile.memory_mib, compute[profile.name], mig.slot_of(profile, inst.start), inst.start)
             continue
         start = mig.best_start(layout, usage.mig, profile)
         if start is not None:
-            return DeviceShare(
-                device.uuid,
-                device.index,
-                SharingMode.MIG,
-                profile.memory_mib,
-                profile.compute_slices * 1000 // layout.compute_slices,
-                mig.slot_of(profile, start),
-            )
-    names = "|".join(p.name for p in profiles) or (gpu.profile.text if gpu.profile else "the request")
-    return f"no free MIG slot for {names}"
+            return _Share(profile.memory_mib, compute[profile.name], mig.slot_of(profile, start))
+    return Refusal(f"no free MIG slot for {wanted}", max(0, device.memory_mib - usage.memory_mib))
 
 
-def device_share(gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage) -> DeviceShare | str:
-    """The share ``gpu`` would get on one device, or why it cannot."""
+def _work_out(gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage) -> _Share | Refusal:
+    free_mib = max(0, device.memory_mib - usage.memory_mib)
     if device.mode is SharingMode.MIG:
         layout = device.model.mig
         allowed = device.allowed_profiles()
         if layout is None or not allowed:
-            return f"GPU {device.index} has no MIG profiles"
+            return Refusal(f"GPU {device.index} has no MIG profiles", free_mib)
         if gpu.kind is GpuKind.MIG:
             assert gpu.profile is not None
             wanted = layout.match(gpu.profile)
             if wanted is None or wanted not in allowed:
-                return f"no MIG profile {gpu.profile.text} on {device.model.name}"
-            return _mig_share(gpu, device, usage, [wanted])
+                return Refusal(f"no MIG profile {gpu.profile.text} on {device.model.name}", free_mib)
+            return _mig_share(device, usage, [wanted], wanted.name)
         if gpu.kind is not GpuKind.SHARE:
-            return f"GPU {device.index} is partitioned by MIG; whole GPUs need another mode"
+            return Refusal(f"GPU {device.index} is partitioned by MIG; whole GPUs need another mode", free_mib)
         memory, compute = gpu.share_on(device)
         covering = sorted(
             (
                 p
                 for p in allowed
-                if p.memory_mib >= memory and p.compute_slices * 1000 >= compute * layout.compute_slices
+                if p.memory_mib >= memory and p.compute_slices * MILLI >= compute * layout.compute_slices
             ),
             key=lambda p: (p.memory_slots, p.compute_slices),
         )
         if not covering:
-            return (
-                f"needs {memory} MiB and {compute / 10:g}% compute, larger than any MIG profile of GPU {device.index}"
+            return Refusal(
+                f"needs {memory} MiB and {percent(compute)} compute, larger than any MIG profile of GPU {device.index}",
+                free_mib,
             )
-        return _mig_share(gpu, device, usage, covering)
+        return _mig_share(device, usage, covering, "|".join(p.name for p in covering))
     if gpu.kind is GpuKind.MIG:
-        return f"GPU {device.index} is not in MIG mode"
+        return Refusal(f"GPU {device.index} is not in MIG mode", free_mib)
     memory, compute = gpu.share_on(device)
     if device.mode is SharingMode.EXCLUSIVE and memory <= device.memory_mib and compute <= MILLI:
+        if (memory, compute) != (device.memory_mib, MILLI) and SharingMode.EXCLUSIVE not in gpu.sharing:
+            # Given whole, an exclusive GPU would waste the rest of itself on part of a request:
+            # part of a GPU goes to a shared one, unless the pod accepts a whole GPU instead.
+            return Refusal(
+                f"GPU {device.index} is exclusive: part of a GPU needs a shared GPU, or sharing listing exclusive",
+                free_mib,
+            )
         memory, compute = device.memory_mib, MILLI  # an exclusive GPU is given whole, whatever was asked
     share = DeviceShare(device.uuid, device.index, device.mode, memory, compute)
-    problem = why_not(node, device, usage, share)
-    return share if problem is None else problem
+    problem = refusal(node, device, usage, share) or stray_refusal(node, device, usage, share)
+    return _Share(memory, compute) if problem is None else problem
+
+
+_entries = [0]  # answers kept in _SHARES, over every request
+
+
+def _table(gpu: GpuRequest) -> dict[tuple[Any, ...], _Share | Refusal]:
+    table = _SHARES.get(gpu)
+    if table is None:
+        if _entries[0] > _TABLE_LIMIT or len(_SHARES) > _TABLE_LIMIT // 64:
+            _SHARES.clear()
+            _entries[0] = 0
+        table = _SHARES[gpu] = {}
+    return table
+
+
+def device_share(
+    gpu: GpuRequest,
+    node: Node,
+    device: Device,
+    usage: DeviceUsage,
+    table: dict[tuple[Any, ...], _Share | Refusal] | None = None,
+) -> DeviceShare | Refusal:
+    """The share ``gpu`` would get on one device, or why it cannot (``table``: ``gpu``'s, if at hand)."""
+    bad = unhealthy(device)
+    if bad is not None:
+        return bad
+    known = _table(gpu) if table is None else table
+    key = device_key(node, device, usage)
+    found = known.get(key)
+    if found is None:
+        found = known[key] = _work_out(gpu, node, device, usage)
+        _entries[0] += 1
+    if isinstance(found, Refusal):
+        return found
+    uuid = device.uuid
+    if found.instance_start is not None:
+        uuid = next(i.uuid for i in device.mig_instances if i.start == found.instance_start) or device.uuid
+    return DeviceShare(uuid, device.index, device.mode, found.memory_mib, found.compute_milli, found.mig)
+
+
+def hosts(gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage) -> bool:
+    """Whether ``device`` can take one share of ``gpu`` (the selectors and the capacity model)."""
+    return (
+        gpu.allows_model(device.model.name)
+        and gpu.allows_mode(device.mode)
+        and not isinstance(device_share(gpu, node, device, usage), Refusal)
+    )
 
 
 def _best_connected(node: Node, indices: list[int], count: int) -> list[int]:
@@ -129,7 +189,7 @@ def _best_set(links: frozenset[tuple[int, int]], indices: tuple[int, ...], count
     )
 
 
-def _gpu_reason(gpu: GpuRequest, node: Node, reasons: list[tuple[int, str]]) -> str:
+def _gpu_reason(gpu: GpuRequest, node: Node, refusals: list[Refusal]) -> str:
     models = {d.model.name for d in node.devices}
     if not node.devices:
         return "node has no GPUs"
@@ -140,34 +200,42 @@ def _gpu_reason(gpu: GpuRequest, node: Node, reasons: list[tuple[int, str]]) -> 
         return f"no GPU in sharing mode {'|'.join(sorted(gpu.sharing))}"
     if gpu.kind is GpuKind.MIG and SharingMode.MIG not in modes:
         return "no GPU in MIG mode"
-    # The device closest to fitting (most free memory) explains best why nothing fits.
-    _, reason = max(reasons, key=lambda r: r[0]) if reasons else (0, "no GPU matches")
-    if "MiB on one GPU" in reason:
-        largest = max(r[0] for r in reasons)
-        reason = reason.split(", free")[0] + f", largest free {largest} MiB"
-    return reason
+    if not refusals:
+        return "no GPU matches"
+    # The GPU closest to fitting (most free memory) explains best why nothing fits; when
+    # memory is what it lacks, the node's largest free memory says by how much.
+    best = max(refusals, key=lambda r: r.free_mib)
+    if best.need_mib is not None:
+        return f"needs {best.need_mib} MiB on one GPU, largest free {max(r.free_mib for r in refusals)} MiB"
+    return best.text
 
 
-def gpu_options(gpu: GpuRequest, state: NodeState) -> tuple[list[DeviceShare], list[tuple[int, str]]]:
-    """One candidate share per GPU that can host ``gpu`` (memoised on the state), and the
-    others' reasons with their free memory."""
-    key = intern(("gpu-options", gpu))
-    hit: tuple[list[DeviceShare], list[tuple[int, str]]] | None = state.memo.get(key)
-    if hit is not None:
-        return hit
+def shortage(gpu: GpuRequest, node: Node, options: int, refusals: list[Refusal]) -> str:
+    """Why ``gpu`` does not fit a node where ``options`` GPUs can host one of its shares and
+    the node's other GPUs (those its selectors allow) gave ``refusals``, in device order."""
+    if gpu.count <= 1:
+        return _gpu_reason(gpu, node, refusals)
+    why = f"needs {gpu.count} GPUs for {gpu.describe()}, {options} available"
+    if refusals:
+        why += f" ({_gpu_reason(gpu, node, refusals)})"
+    return why
+
+
+def gpu_options(gpu: GpuRequest, state: NodeState) -> tuple[list[DeviceShare], list[Refusal]]:
+    """One candidate share per GPU that can host ``gpu``, and the other GPUs' refusals."""
     node = state.node
     options: list[DeviceShare] = []
-    reasons: list[tuple[int, str]] = []
-    for device, usage in zip(node.devices, state.usage, strict=True):
+    refusals: list[Refusal] = []
+    table = _table(gpu)
+    for device, used in zip(node.devices, state.usage, strict=True):
         if not gpu.allows_model(device.model.name) or not gpu.allows_mode(device.mode):
             continue
-        result = device_share(gpu, node, device, usage)
-        if isinstance(result, str):
-            reasons.append((device.memory_mib - usage.memory_mib, result))
+        result = device_share(gpu, node, device, used, table)
+        if isinstance(result, Refusal):
+            refusals.append(result)
         else:
             options.append(result)
-    state.memo[key] = (options, reasons)
-    return options, reasons
+    return options, refusals
 
 
 def host_reason(demand: Demand, state: NodeState) -> str | None:
@@ -189,16 +257,11 @@ def gpu_fit(demand: Demand, state: NodeState) -> Fit:
     gpu = demand.gpu
     if gpu.kind is GpuKind.NONE:
         return Fit((Allocation(node.name, (), demand.cpu_milli, demand.memory_mib),))
-    options, reasons = gpu_options(gpu, state)
+    options, refusals = gpu_options(gpu, state)
+    if len(options) < max(1, gpu.count):
+        return Fit(reason=shortage(gpu, node, len(options), refusals))
     if gpu.count <= 1:
-        if not options:
-            return Fit(reason=_gpu_reason(gpu, node, reasons))
         return Fit(tuple(Allocation(node.name, (s,), demand.cpu_milli, demand.memory_mib) for s in options))
-    if len(options) < gpu.count:
-        why = f"needs {gpu.count} GPUs for {gpu.describe()}, {len(options)} available"
-        if reasons:
-            why += f" ({_gpu_reason(gpu, node, reasons)})"
-        return Fit(reason=why)
     chosen = _best_connected(node, [s.index for s in options], gpu.count)
     by_index = {s.index: s for s in options}
     shares = tuple(by_index[i] for i in sorted(chosen))

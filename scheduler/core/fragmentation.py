@@ -25,11 +25,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .allocation import Allocation
-from .capacity import free_milli
-from .fit import device_share
+from .capacity import DeviceUsage, add_share, device_key, free_milli
+from .errors import RequestError
+from .fit import hosts
 from .inventory import Device, Node
-from .request import Demand, GpuKind, GpuRequest
-from .state import DeviceUsage, NodeState, add_share, device_key
+from .quantity import cpu_milli
+from .request import DEFAULT_PREFIX, Demand, GpuKind, GpuRequest, parse_gpu_request
+from .state import NodeState
 
 _MEMO_LIMIT = 200_000
 
@@ -66,6 +68,56 @@ class TypicalWorkload:
         return TypicalWorkload(tuple((Demand(cpu, 0, gpu), n / covered) for (cpu, gpu), n in chosen))
 
 
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """One typical pod as an operator writes it: the GPU request in annotation form (the keys
+    of ``gpuslice.io/...`` without the prefix), its CPU, and its weight in the mix."""
+
+    weight: float
+    cpu: str | int = 0
+    gpu_fraction: str | None = None
+    gpu_memory: str | None = None
+    gpu_compute: str | None = None
+    gpu_count: str | None = None
+    mig_profile: str | None = None
+    sharing: str | None = None
+    gpu_model: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.weight > 0 or self.weight == float("inf"):
+            raise ValueError(f"weight must be a positive number, got {self.weight!r}")
+        try:
+            if cpu_milli(self.cpu) < 0:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"cpu must be a CPU quantity such as 4 or 500m, got {self.cpu!r}") from None
+        self.gpu_request()
+
+    def gpu_request(self) -> GpuRequest:
+        annotations = {
+            DEFAULT_PREFIX + key.replace("_", "-"): str(value)
+            for key in ("gpu_fraction", "gpu_memory", "gpu_compute", "gpu_count", "mig_profile", "sharing", "gpu_model")
+            if (value := getattr(self, key)) is not None
+        }
+        try:
+            return parse_gpu_request(annotations)
+        except RequestError as exc:
+            raise ValueError(str(exc).replace(DEFAULT_PREFIX, "")) from exc
+
+    def demand(self) -> Demand:
+        return Demand(cpu_milli(self.cpu), 0, self.gpu_request())
+
+
+def workload_of(shapes: Iterable[Shape]) -> TypicalWorkload:
+    """The typical workload of ``shapes``, their weights renormalised to sum to 1."""
+    listed = list(shapes)
+    total = sum(s.weight for s in listed)
+    workload = TypicalWorkload(tuple((s.demand(), s.weight / total) for s in listed))
+    if not any(d.gpu.kind is not GpuKind.NONE for d, _ in workload.shapes):
+        raise ValueError("a workload needs at least one shape with a GPU request")
+    return workload
+
+
 class OnlineWorkload:
     """The typical workload learned from the pods seen so far (nothing known in advance).
 
@@ -77,7 +129,9 @@ class OnlineWorkload:
     estimate stands still. Until the first estimate, ``initial`` stands in.
     (On the openb default trace the early estimates decide much: with fgd-cpu, a first
     estimate at 256 pods instead of 16 cost 0.3 point of unallocated GPU, growth 1.5
-    instead of doubling gained 0.06, and a tolerance of 0.05 cost 0.15.)
+    instead of doubling gained 0.06, and a tolerance of 0.05 cost 0.15.) From ``settle``
+    pods on, the count must grow by ``late_growth`` instead: the estimate has settled, and
+    each new one throws away every cached score.
     """
 
     def __init__(
@@ -90,13 +144,16 @@ class OnlineWorkload:
         settle: int = 0,
         late_growth: float | None = None,
     ) -> None:
-        if first < 1 or growth <= 1.0:
-            raise ValueError(f"OnlineWorkload needs first >= 1 and growth > 1, got {first} and {growth}")
+        if first < 1 or growth <= 1.0 or (late_growth is not None and late_growth <= 1.0):
+            raise ValueError(
+                f"OnlineWorkload needs first >= 1 and growth > 1 (late growth too), "
+                f"got {first}, {growth}, {late_growth}"
+            )
         self.workload = initial
         self.coverage = coverage
         self.tolerance = tolerance
         self.growth = growth
-        self.settle = settle  # from this many pods on: the tolerance applies, estimates grow by late_growth
+        self.settle = settle  # from this many pods on, the estimate is made by late_growth steps
         self.late_growth = late_growth or growth
         self.seen: Counter[Demand] = Counter()
         self._count = 0
@@ -112,7 +169,7 @@ class OnlineWorkload:
         growth = self.late_growth if self._count >= self.settle else self.growth
         self._next = max(self._next + 1, int(self._next * growth))
         estimate = TypicalWorkload.from_demands(self.seen.elements(), self.coverage)
-        if self._learned and self._count >= self.settle and total_variation(estimate, self.workload) <= self.tolerance:
+        if self._learned and total_variation(estimate, self.workload) <= self.tolerance:
             return False
         self.workload, self._learned = estimate, True
         return True
@@ -151,11 +208,8 @@ class Fragmentation:
     """The fragmentation measure for one typical workload (memoised; not thread-safe by design:
     each worker owns its own, and the memo only ever caches pure results)."""
 
-    def __init__(self, workload: TypicalWorkload, hosts: dict[tuple[Any, ...], bool] | None = None) -> None:
-        """``hosts``: a memo of "can this device state host one share of this request",
-        which successive workloads of one learner may share (it depends on neither)."""
+    def __init__(self, workload: TypicalWorkload) -> None:
         self.workload = workload
-        self._hosts = {} if hosts is None else hosts
         shapes = workload.shapes
         self._gpu_shapes = [(1 << i, d.gpu) for i, (d, _) in enumerate(shapes) if d.gpu.kind is not GpuKind.NONE]
         self._multi = [(1 << i, d.gpu.count) for i, (d, _) in enumerate(shapes) if d.gpu.count > 1]
@@ -169,7 +223,9 @@ class Fragmentation:
         self._weights = [p for _, p in shapes]
         self._devices: dict[tuple[Any, ...], tuple[int, int]] = {}
         self._popularity: dict[int, float] = {}
-        self._token = object()  # per-instance key into NodeState.memo
+        # The last node state asked about and its profiles: a node's candidates are scored one
+        # after another, and each asks for the same profiles.
+        self._last: tuple[NodeState | None, list[tuple[int, int]]] = (None, [])
 
     def device_profile(self, node: Node, device: Device, usage: DeviceUsage) -> tuple[int, int]:
         """(free milli-GPU, bit mask of the typical shapes one share of which fits)."""
@@ -178,24 +234,12 @@ class Fragmentation:
         if hit is not None:
             return hit
         bits = 0
-        hosts = self._hosts
         for bit, gpu in self._gpu_shapes:
-            host_key = (key, gpu)
-            can = hosts.get(host_key)
-            if can is None:
-                can = (
-                    gpu.allows_model(device.model.name)
-                    and gpu.allows_mode(device.mode)
-                    and not isinstance(device_share(gpu, node, device, usage), str)
-                )
-                if len(hosts) > _MEMO_LIMIT:
-                    hosts.clear()
-                hosts[host_key] = can
-            if can:
+            if hosts(gpu, node, device, usage):
                 bits |= bit
         if len(self._devices) > _MEMO_LIMIT:
             self._devices.clear()
-        result = (free_milli(device, usage), bits)
+        result = (free_milli(node, device, usage), bits)
         self._devices[key] = result
         return result
 
@@ -224,21 +268,26 @@ class Fragmentation:
         return total
 
     def profiles(self, state: NodeState) -> list[tuple[int, int]]:
-        node = state.node
-        return [self.device_profile(node, d, u) for d, u in zip(node.devices, state.usage, strict=True)]
+        """(free milli-GPU, shapes it can host) of each of the node's GPUs."""
+        last, found = self._last
+        if last is not state:
+            node = state.node
+            found = [self.device_profile(node, d, u) for d, u in zip(node.devices, state.usage, strict=True)]
+            self._last = (state, found)
+        return found
 
     def node_frag(self, state: NodeState) -> float:
-        key = (self._token, "frag")
-        value: float | None = state.memo.get(key)
-        if value is None:
-            value = self.frag(self.profiles(state), state.cpu_free)
-            state.memo[key] = value
-        return value
+        return self.frag(self.profiles(state), state.cpu_free)
+
+    def fall(self, state: NodeState, alloc: Allocation) -> float:
+        """F_before - F_after of placing ``alloc`` on ``state``."""
+        profiles = self.profiles(state)
+        return self.frag(profiles, state.cpu_free) - self.frag_after(state, alloc, profiles)
 
     def frag_after(self, state: NodeState, alloc: Allocation, profiles: list[tuple[int, int]] | None = None) -> float:
         """F_n(M) once ``alloc`` is placed on ``state`` (``profiles``: the state's, if at hand)."""
         node = state.node
-        after = list(profiles) if profiles is not None else self.profiles(state)
+        after = list(profiles if profiles is not None else self.profiles(state))
         for share in alloc.shares:
             device = node.devices[share.index]
             after[share.index] = self.device_profile(node, device, add_share(device, state.usage[share.index], share))

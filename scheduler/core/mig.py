@@ -1,4 +1,5 @@
-"""MIG slot arithmetic (DESIGN §4): legality, and where to put a new instance.
+"""MIG slot arithmetic: legality (each profile's legal start slots, no overlap, its largest count,
+as NVIDIA's MIG user guide gives them) and where to put a new instance.
 
 Occupancy is a tuple of :class:`MigSlot` (memory slots ``[start, start+size)``).
 """

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
+from functools import lru_cache
 
 _SUFFIX = {
     "": Fraction(1),
@@ -35,6 +36,8 @@ MEMORY_FORMS = "a memory size such as 20Gi, 20480Mi, 16G, or a bare integer numb
 
 def parse_quantity(text: object) -> Fraction:
     """Parse a Kubernetes quantity to an exact fraction of base units; ValueError if malformed."""
+    if type(text) is str:
+        return _parse_text(text)
     if isinstance(text, bool):
         raise ValueError(f"not a quantity: {text!r}")
     if isinstance(text, int):
@@ -45,6 +48,12 @@ def parse_quantity(text: object) -> Fraction:
         return Fraction(Decimal(repr(text)))
     if not isinstance(text, str):
         raise ValueError(f"not a quantity: {text!r}")
+    return _parse_text(str(text))
+
+
+@lru_cache(maxsize=4096)
+def _parse_text(text: str) -> Fraction:
+    # Pods of one workload repeat the same few quantities ("2", "8Gi"): parsed once each.
     match = _QUANTITY.match(text)
     if match is None:
         raise ValueError(f"not a quantity: {text!r}")
@@ -64,11 +73,25 @@ def ceil_fraction(value: Fraction) -> int:
 
 def cpu_milli(text: object) -> int:
     """CPU quantity to milli-cores, rounded up ("500m" -> 500, "2" -> 2000)."""
+    if type(text) is str:
+        return _cpu_text(text)
     return ceil_fraction(parse_quantity(text) * 1000)
 
 
 def bytes_to_mib(text: object) -> int:
     """Kubernetes memory quantity in bytes ("1Gi", "512Mi", "1e9") to MiB, rounded up."""
+    if type(text) is str:
+        return _mib_text(text)
+    return ceil_fraction(parse_quantity(text) / 2**20)
+
+
+@lru_cache(maxsize=4096)
+def _cpu_text(text: str) -> int:
+    return ceil_fraction(parse_quantity(text) * 1000)
+
+
+@lru_cache(maxsize=4096)
+def _mib_text(text: str) -> int:
     return ceil_fraction(parse_quantity(text) / 2**20)
 
 

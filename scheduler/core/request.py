@@ -1,4 +1,4 @@
-"""One parser from a pod's JSON dict to a typed GPU request (DESIGN §3).
+"""One parser from a pod's JSON dict to a typed GPU request.
 
 Forms, under the annotation prefix (default ``gpuslice.io/``):
 
@@ -26,11 +26,13 @@ from typing import Any
 from .catalog import MIG_PROFILE_FORMS, ProfileSpec, canonical_model_name, known_profile
 from .errors import RequestError
 from .inventory import Device, SharingMode
+from .pods import pod_key
 from .quantity import MEMORY_FORMS, QUANTITY_FORMS, bytes_to_mib, ceil_fraction, cpu_milli, memory_mib
 
 DEFAULT_PREFIX = "gpuslice.io/"
 MAX_GPU_COUNT = 64
 MILLI = 1000
+
 
 # Keys gpuslice writes itself; the request parser leaves them alone.
 OUTPUT_KEYS = frozenset(
@@ -92,6 +94,27 @@ class GpuRequest:
             mem = compute * total // MILLI
         return mem, compute
 
+    def per_gpu_milli(self, reference_memory_mib: int) -> int:
+        """This request's size on one GPU in milli-GPU, wherever it lands: a whole GPU 1000,
+        a fraction its share, a compute share its compute, a MIG profile its compute slices out
+        of 7, a memory-only share its memory as a share of ``reference_memory_mib`` (rounded up;
+        0 without a reference); 0 without a GPU request."""
+        if self.kind is GpuKind.NONE:
+            return 0
+        if self.kind is GpuKind.WHOLE:
+            return MILLI
+        if self.kind is GpuKind.MIG:
+            assert self.profile is not None
+            return self.profile.compute_slices * MILLI // 7
+        per = self.fraction_milli or self.compute_milli
+        if not per and self.memory_mib and reference_memory_mib:
+            per = min(MILLI, -(-self.memory_mib * MILLI // reference_memory_mib))
+        return per
+
+    def total_milli(self, reference_memory_mib: int) -> int:
+        """:meth:`per_gpu_milli` over all the GPUs asked for."""
+        return self.per_gpu_milli(reference_memory_mib) * max(1, self.count)
+
     @property
     def share_milli(self) -> int:
         """Per-GPU share in milli-GPU when it does not depend on the device (else 0)."""
@@ -137,7 +160,7 @@ class PodRequest:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return pod_key(self.namespace, self.name)
 
 
 # ---------------------------------------------------------------- parsing helpers

@@ -8,13 +8,13 @@ types have no error field), each with an ``X-Gpuslice-Error`` header; nothing ch
 
 Only bind changes anything, and the verbs and ``/debug`` answer only clients in
 ``trusted_networks`` (by default loopback: kube-scheduler runs in gpuslice's pod); any
-other client gets 403. The admission webhook, ``/metrics`` and the probes answer everyone.
+other client gets 403. ``/metrics``, the probes and whatever the composition root mounts
+(the admission webhook) answer everyone.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -25,15 +25,15 @@ from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
-from scheduler.webhook import WebhookConfig
-from scheduler.webhook.routes import router as webhook_router
+from scheduler import logs
 
-from . import logs, wire
+from . import wire
 from .service import Extender
 
 log = logs.get("http")
 
 JSON = "application/json"
+NOT_READY = "gpuslice is not ready: the cluster state is not synced yet"
 
 
 class BodyTooLarge(wire.WireError):
@@ -150,15 +150,20 @@ class Verbs:
             await verb(scope, receive, send)
 
 
-def create_app(extender: Extender) -> Verbs:
+# Something that adds routes of another face to the app (the composition root mounts the
+# admission webhook this way, so that the extender never imports it).
+Mount = Callable[[FastAPI], None]
+
+
+def create_app(extender: Extender, mounts: Sequence[Mount] = ()) -> Verbs:
     config = extender.config
     cap = config.max_body_bytes
     metrics = extender.metrics
     trusted = trusted_client([ipaddress.ip_network(n) for n in config.trusted_networks])
     app = FastAPI(title="gpuslice", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.extender = extender
-    app.state.webhook_config = WebhookConfig.from_env(os.environ, prefix=config.prefix)
-    app.include_router(webhook_router)  # POST /mutate, /validate: the admission webhook (scheduler/webhook)
+    for mount in mounts:
+        mount(app)
 
     def verb(name: str, handle: Callable[[bytes], Awaitable[bytes]], on_error: Callable[[str], bytes]) -> Verb:
         observe = metrics.latency.labels(name).observe
@@ -169,6 +174,11 @@ def create_app(extender: Extender) -> Verbs:
                 bad.inc()
                 body, header = _forbidden_body(scope["path"], scope.get("client"))
                 await _answer(send, 403, body, [(b"x-gpuslice-error", header.encode())])
+                return
+            if not extender.synced:
+                # Before the first sync the cache knows no node: an answer would be a guess.
+                body = on_error(NOT_READY)
+                await _answer(send, 200, body, [(b"x-gpuslice-error", _header(NOT_READY).encode())])
                 return
             started = time.perf_counter()
             headers: list[tuple[bytes, bytes]] = []
@@ -220,9 +230,9 @@ def create_app(extender: Extender) -> Verbs:
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        if extender.backend.ready():
+        if extender.synced and extender.backend.ready():
             return Response(b"ready", media_type="text/plain")
-        return Response(b"not ready: cluster state not synced", status_code=503, media_type="text/plain")
+        return Response(NOT_READY.encode(), status_code=503, media_type="text/plain")
 
     @app.get("/metrics")
     async def prometheus() -> Response:

@@ -1,45 +1,36 @@
-"""The extender's view of the cluster, fed by a Backend's change events.
+"""The extender's view of the cluster, fed by a Backend's change events, kept on the core's board.
 
 Per node: the core ``Node`` (from ``parse_node``; an inventory error makes the node
-unusable, with that reason) and the ``NodeState`` rebuilt from the allocation records
-that count on it. A record counts when gpuslice bound its pod: the pod is not terminal,
-the record's node is the pod's ``spec.nodeName`` and its ``bind-phase`` is ``bound`` (the
-phase gpuslice's Binding writes in the same API write as ``spec.nodeName``); or when this
-process is binding the pod (in flight: from the moment bind decided until the watch
-shows the pod bound). Any other record, on a pending pod or on a pod some other binder
-placed, claims nothing and blocks nothing. Every pod counts at most once, so a bind
-applied here and later seen through the watch is not counted twice.
-
-States live in the core's Scoreboard, so scoring many pods against
-many nodes only re-scores nodes that changed. One lock guards everything here.
+unusable, with that reason, until it is fixed) and the ``NodeState`` rebuilt from the
+allocation records that count on it: the records by which pods hold shares
+(:func:`scheduler.core.pods.holding_record`), and the claims of this process: a pod it is
+binding (in flight: from the moment bind decided until the watch shows the pod bound), and
+a pod prioritize has just ranked on a node (held: until its bind arrives or the hold
+expires, so that the pods filtered meanwhile are not steered to the same share).
+Every pod counts at most once, so a bind applied here and later seen through the watch is
+not counted twice. One lock guards everything here.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler import logs
 from scheduler.backend import Change, Kind
 from scheduler.core.allocation import Allocation, decode_record, encode_record
+from scheduler.core.board import Board
 from scheduler.core.errors import InventoryError, RecordError
-from scheduler.core.fit import fit
 from scheduler.core.inventory import Node
 from scheduler.core.k8s import parse_node
-from scheduler.core.request import Demand
-from scheduler.core.select import Scoreboard
+from scheduler.core.pods import has_ended, holding_record, node_of, uid_of
 from scheduler.core.state import NodeState, rebuild
 
-from . import logs
-
 log = logs.get("cache")
-
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-BOUND = "bound"  # the bind-phase gpuslice's Binding writes
 
 
 @dataclass(slots=True)
@@ -48,10 +39,20 @@ class PodView:
 
     uid: str
     node: str  # spec.nodeName, "" while pending
-    live: bool  # not Succeeded/Failed
-    record: str | None  # the allocation annotation
+    holding: str | None  # the record by which it holds a share on its node, if any
     obj: Mapping[str, Any]
-    bound_by_us: bool = False  # bind-phase is "bound": the Binding came from gpuslice
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A share this process counts for a pod before the watch shows it: in flight (a bind
+    decided it; ``until`` None) or held (prioritize ranked it first; until ``until``)."""
+
+    uid: str
+    node: str
+    record: str
+    allocation: Allocation
+    until: float | None = None
 
 
 @dataclass(slots=True)
@@ -60,81 +61,66 @@ class NodeView:
     problem: str = ""  # the InventoryError that makes the node unusable
     records: dict[str, str] = field(default_factory=dict)  # pod key -> record text, counted here
     errors: dict[str, RecordError] = field(default_factory=dict)
-    empty_fit: dict[int, str] = field(default_factory=dict)  # interned demand -> "" if it fits the empty node
+    usage: str = ""  # the node agent's <prefix>usage annotation (for inspection only: never placement)
 
 
-def _same(key: str, a: str, b: str) -> bool:
-    try:
-        return decode_record(a, key) == decode_record(b, key)
-    except RecordError:
-        return False
+def usage_text(obj: Mapping[str, Any], prefix: str) -> str:
+    """The node agent's usage annotation of a Node ("" if none)."""
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    text = annotations.get(prefix + "usage") if isinstance(annotations, Mapping) else None
+    return text if isinstance(text, str) else ""
 
 
-def record_node(text: str) -> str | None:
-    """The ``node`` of a record, without decoding the rest (None if unreadable)."""
-    try:
-        body = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    node = body.get("node") if isinstance(body, dict) else None
-    return node if isinstance(node, str) else None
-
-
-def pod_view(obj: Mapping[str, Any], prefix: str) -> PodView:
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    annotations = (meta.get("annotations") or {}) if isinstance(meta, Mapping) else {}
-    record = annotations.get(prefix + "allocation") if isinstance(annotations, Mapping) else None
-    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-    phase = status.get("phase") if isinstance(status, Mapping) else None
-    uid = meta.get("uid") if isinstance(meta, Mapping) else None
-    bind_phase = annotations.get(prefix + "bind-phase") if isinstance(annotations, Mapping) else None
-    return PodView(
-        uid if isinstance(uid, str) else "",
-        node if isinstance(node, str) else "",
-        phase not in TERMINAL_PHASES,
-        record if isinstance(record, str) else None,
-        obj,
-        bind_phase == BOUND,
-    )
+def _slim(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What the extender reads of a pod (its identity, annotations, node, phase, and each
+    container's resources): at 50,000 pods the rest (images, environment, volumes, status
+    conditions, managed fields) was most of the service's memory."""
+    meta = obj.get("metadata")
+    spec = obj.get("spec")
+    status = obj.get("status")
+    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
+        return obj  # malformed: kept whole, so that parsing it says what is wrong
+    slim_spec: dict[str, Any] = {}
+    for field_name in ("nodeName", "schedulerName"):
+        if field_name in spec:
+            slim_spec[field_name] = spec[field_name]
+    for field_name in ("containers", "initContainers"):
+        listed = spec.get(field_name)
+        if isinstance(listed, list):
+            slim_spec[field_name] = [
+                {k: c[k] for k in ("name", "resources") if k in c} if isinstance(c, Mapping) else c for c in listed
+            ]
+        elif listed is not None:
+            slim_spec[field_name] = listed
+    out: dict[str, Any] = {
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "annotations") if k in meta},
+        "spec": slim_spec,
+    }
+    if isinstance(status, Mapping) and "phase" in status:
+        out["status"] = {"phase": status["phase"]}
+    return out
 
 
 class ClusterCache:
     def __init__(
-        self,
-        prefix: str,
-        adjust_node: Callable[[Node, Mapping[str, Any]], Node] | None = None,
+        self, prefix: str, oversubscription: tuple[int, int] = (100, 100), clock: Callable[[], float] = time.monotonic
     ) -> None:
+        """``oversubscription``: the (MPS compute, time-slicing memory) percent of nodes whose
+        inventory sets none; ``clock``: what holds expire by."""
         self.prefix = prefix
-        self._adjust = adjust_node
+        self.clock = clock
+        self._oversubscription = oversubscription
         self.lock = threading.RLock()
-        self._board = Scoreboard()
-        # Nodes that joined since the board was last read: they are added in one go, since
-        # each join alone re-derives the board's arrays (the first sync of 5,000 nodes took
-        # a minute that way).
-        self._joining: dict[str, NodeState] = {}
+        self.board = Board()  # the node states (callers hold the lock)
         self.nodes: dict[str, NodeView] = {}
         self.pods: dict[str, PodView] = {}
-        self._inflight: dict[str, tuple[str, str, str]] = {}  # pod key -> (uid, node, record)
+        self._claims: dict[str, Claim] = {}  # pod key -> what this process counts for it
         self._counted: dict[str, tuple[str, str]] = {}  # pod key -> (node, record) counted
         self._uids: dict[str, str] = {}  # uid -> pod key
-        self.generation = 0  # bumped on every change of any node state
-        self.layout = 0  # bumped when a node joins or leaves the board (positions change)
-        self.inventory = 0  # bumped when any node's inventory or problem changes, or a node goes
-
-    @property
-    def board(self) -> Scoreboard:
-        """The node states (caller holds the lock)."""
-        if self._joining:
-            self._board = Scoreboard([*self._board.states, *self._joining.values()])
-            self._joining.clear()
-        return self._board
-
-    @contextmanager
-    def locked(self) -> Iterator[ClusterCache]:
-        with self.lock:
-            yield self
+        # Records decoded lately, by their text: a bind's record is read by its claim, its
+        # counting, the watch event that confirms it and the next bind on its node.
+        self._decoded: OrderedDict[str, Allocation] = OrderedDict()
 
     # ------------------------------------------------------------ events
 
@@ -149,33 +135,27 @@ class ClusterCache:
         view = self.nodes.get(name)
         if obj is None:
             if view is not None:
-                self.inventory += 1
                 view.node, view.problem = None, ""
-                self._remove(name)
+                self.board.remove(name)
                 if not view.records:
                     del self.nodes[name]
-                self.generation += 1
             return
         if view is None:
             view = self.nodes[name] = NodeView()
+        view.usage = usage_text(obj, self.prefix)
         try:
-            node = parse_node(obj, self.prefix)
-            if self._adjust is not None:
-                node = self._adjust(node, obj)
+            node = parse_node(obj, self.prefix, self._oversubscription)
         except InventoryError as exc:
             if view.problem != str(exc):
                 log.warning("node unusable", extra={"node": name, "reason": str(exc)})
             view.node, view.problem = None, str(exc)
-            self.inventory += 1
-            self._remove(name)
-            self.generation += 1
+            self.board.put_problem(name, str(exc))
             return
         if view.node == node:
             return
         if view.problem:
             log.info("node usable again", extra={"node": name})
-        view.node, view.problem, view.empty_fit = node, "", {}
-        self.inventory += 1
+        view.node, view.problem = node, ""
         self._rebuild(name, view)
 
     def _pod_changed(self, key: str, obj: Mapping[str, Any] | None) -> None:
@@ -184,42 +164,50 @@ class ClusterCache:
             del self._uids[old.uid]
         want: tuple[str, str] | None = None
         if obj is not None:
-            pod = pod_view(obj, self.prefix)
+            pod = PodView(uid_of(obj), node_of(obj), holding_record(obj, self.prefix), _slim(obj))
             self.pods[key] = pod
             if pod.uid:
                 self._uids[pod.uid] = key
-            if pod.live and pod.record is not None and pod.node and pod.bound_by_us:
-                owner = record_node(pod.record)
-                if owner is None or owner == pod.node:  # an unreadable record is counted to show its error
-                    want = (pod.node, pod.record)
-            flight = self._inflight.get(key)
-            if flight is not None:
-                if want is not None or not pod.live or (pod.uid and flight[0] and pod.uid != flight[0]):
-                    del self._inflight[key]  # the watch has caught up (or the pod is gone)
-                elif not pod.node:
-                    want = (flight[1], flight[2])
+            if pod.holding is not None:
+                want = (pod.node, pod.holding)
+            claim = self._claims.get(key)
+            if claim is not None:
+                replaced = bool(pod.uid and claim.uid and pod.uid != claim.uid)
+                # The watch has caught up; or the pod ended, was replaced, or was bound without
+                # our record (the API server wins). Until then the claim counts.
+                if want is not None or has_ended(obj) or replaced or pod.node:
+                    del self._claims[key]
                 else:
-                    del self._inflight[key]  # bound elsewhere without our record: the API server wins
+                    want = (claim.node, claim.record)
         else:
-            self._inflight.pop(key, None)
+            self._claims.pop(key, None)
         self._count(key, want)
 
-    # ------------------------------------------------------------ binds in flight
+    # ------------------------------------------------------------ claims: binds in flight, holds
 
     def reserve(self, key: str, uid: str, alloc: Allocation) -> None:
         """Count ``alloc`` for a pod being bound by this process, until the watch confirms it."""
+        self._claim(key, uid, alloc, None)
+
+    def hold(self, key: str, uid: str, alloc: Allocation, until: float) -> None:
+        """Count ``alloc`` for a pod prioritize has just ranked on its node, until ``until``
+        (or its bind, or its next filter)."""
+        self._claim(key, uid, alloc, until)
+
+    def _claim(self, key: str, uid: str, alloc: Allocation, until: float | None) -> None:
         with self.lock:
             pod = self.pods.get(key)
-            if pod is not None and pod.node == alloc.node and key in self._counted:
-                return  # the watch already shows it bound there
+            if pod is not None and pod.holding is not None:
+                return  # the watch already shows it bound
             text = encode_record(alloc)
-            self._inflight[key] = (uid, alloc.node, text)
+            self._remember(text, alloc)
+            self._claims[key] = Claim(uid, alloc.node, text, alloc, until)
             self._count(key, (alloc.node, text))
 
     def unreserve(self, key: str) -> None:
-        """Forget an in-flight allocation after its bind failed."""
+        """Forget what this process counted for a pod (its bind failed, or it is scheduled again)."""
         with self.lock:
-            if self._inflight.pop(key, None) is None:
+            if self._claims.pop(key, None) is None:
                 return
             pod = self.pods.get(key)
             if pod is not None:
@@ -227,17 +215,57 @@ class ClusterCache:
             else:
                 self._count(key, None)
 
-    def inflight(self) -> dict[str, str]:
+    def holds(self, node: str) -> dict[str, Claim]:
+        """The pods' holds on ``node`` that are still in time."""
         with self.lock:
-            return {key: node for key, (_, node, _) in self._inflight.items()}
+            now = self.clock()
+            return {k: c for k, c in self._claims.items() if c.node == node and c.until is not None and c.until > now}
+
+    def held(self, key: str) -> Claim | None:
+        """The pod's hold, if it has one (not a bind in flight)."""
+        claim = self._claims.get(key)
+        return claim if claim is not None and claim.until is not None else None
+
+    def expire(self) -> None:
+        """Drop the holds whose time is up (their pods' binds never came)."""
+        with self.lock:
+            if not self._claims:
+                return
+            now = self.clock()
+            for key in [k for k, c in self._claims.items() if c.until is not None and c.until <= now]:
+                self.unreserve(key)
+
+    def inflight(self) -> dict[str, str]:
+        """Pod key -> node of every claim (binds in flight and holds)."""
+        with self.lock:
+            return {key: claim.node for key, claim in self._claims.items()}
 
     # ------------------------------------------------------------ node states
+
+    def decode(self, text: str, key: str) -> Allocation:
+        """:func:`decode_record`, remembered by text (RecordError as it raises)."""
+        found = self._decoded.get(text)
+        if found is None:
+            found = decode_record(text, key)
+            self._remember(text, found)
+        return found
+
+    def _remember(self, text: str, alloc: Allocation) -> None:
+        self._decoded[text] = alloc
+        if len(self._decoded) > 4096:
+            self._decoded.popitem(last=False)
+
+    def _same(self, key: str, a: str, b: str) -> bool:
+        try:
+            return self.decode(a, key) == self.decode(b, key)
+        except RecordError:
+            return False
 
     def _count(self, key: str, want: tuple[str, str] | None) -> None:
         have = self._counted.get(key)
         if have == want:
             return
-        if have is not None and want is not None and have[0] == want[0] and _same(key, have[1], want[1]):
+        if have is not None and want is not None and have[0] == want[0] and self._same(key, have[1], want[1]):
             # the watch shows the allocation this process applied (its record now has a timestamp):
             # keep the node state, so nothing is scored again
             view = self.nodes.get(want[0])
@@ -267,16 +295,16 @@ class ClusterCache:
                 return
             state = self.board.get(name)
             if state is not None and not view.errors and not had_error:
-                self._put(state.release(key))
+                self.board.put(state.release(key))
                 return
         else:
             view.records[key] = text
-            state = self.board.get(name)
             if view.node is None:
                 return
+            state = self.board.get(name)
             if state is not None and not view.errors:
                 try:
-                    self._put(state.apply(key, decode_record(text, key)))
+                    self.board.put(state.apply(key, self.decode(text, key)))
                     return
                 except RecordError:
                     pass  # rebuild below reports it, with every other conflict
@@ -290,48 +318,20 @@ class ClusterCache:
             if pod not in view.errors or str(view.errors[pod]) != str(problem):
                 log.warning("allocation record rejected", extra={"node": name, "pod": pod, "reason": problem.problem})
         view.errors = errors
-        self._put(state)
-
-    def _put(self, state: NodeState) -> None:
-        name = state.node.name
-        if name in self._joining or name not in self._board:
-            if name not in self._joining:
-                self.layout += 1
-            self._joining[name] = state
-        else:
-            self._board.put(state)
-        self.generation += 1
-
-    def _remove(self, name: str) -> None:
-        if self._joining.pop(name, None) is not None:
-            self.layout += 1
-        elif name in self._board:
-            self.layout += 1
-            self._board.remove(name)
+        self.board.put(state)
 
     # ------------------------------------------------------------ queries (callers hold the lock)
 
     def state(self, name: str) -> NodeState | None:
+        self.expire()
         return self.board.get(name)
 
     def key_of_uid(self, uid: str) -> str | None:
         return self._uids.get(uid)
 
-    def unresolvable(self, name: str, demand: Demand, key: int) -> str:
-        """Why ``demand`` could never fit on ``name`` even if it were empty ("" if it could).
-
-        ``key`` stands for the demand (``memo.intern(demand)``): hashing an int per node is
-        cheaper than hashing the request again."""
+    def usage(self, name: str) -> str:
         view = self.nodes.get(name)
-        if view is None or view.node is None:
-            return view.problem if view is not None and view.problem else ""
-        reason = view.empty_fit.get(key)
-        if reason is None:
-            found = fit(demand, NodeState.empty(view.node))
-            reason = view.empty_fit[key] = "" if found else found.reason
-            if len(view.empty_fit) > 256:
-                view.empty_fit.clear()
-        return reason
+        return view.usage if view is not None else ""
 
     def problem(self, name: str) -> str:
         view = self.nodes.get(name)
@@ -339,6 +339,7 @@ class ClusterCache:
 
     def snapshot(self) -> dict[str, NodeState]:
         with self.lock:
+            self.expire()
             return {s.node.name: s for s in self.board.states}
 
     def record_errors(self) -> dict[str, dict[str, str]]:
@@ -352,31 +353,3 @@ class ClusterCache:
     def unusable(self) -> dict[str, str]:
         with self.lock:
             return {name: view.problem for name, view in self.nodes.items() if view.problem}
-
-
-def with_oversubscription(mps_pct: int, ts_pct: int, prefix: str) -> Callable[[Node, Mapping[str, Any]], Node]:
-    """A node adjuster applying default oversubscription where the node's inventory sets none."""
-
-    def adjust(node: Node, obj: Mapping[str, Any]) -> Node:
-        if mps_pct == 100 and ts_pct == 100:
-            return node
-        meta = obj.get("metadata") or {}
-        text = (meta.get("annotations") or {}).get(prefix + "inventory")
-        explicit: Mapping[str, Any] = {}
-        if isinstance(text, str):
-            try:
-                body = json.loads(text)
-            except ValueError:
-                body = None
-            explicit = body if isinstance(body, dict) else {}
-        return dataclasses.replace(
-            node,
-            mps_compute_oversub_pct=node.mps_compute_oversub_pct
-            if "mpsComputeOversubscriptionPct" in explicit
-            else mps_pct,
-            ts_memory_oversub_pct=node.ts_memory_oversub_pct
-            if "timeSlicingMemoryOversubscriptionPct" in explicit
-            else ts_pct,
-        )
-
-    return adjust

@@ -12,9 +12,13 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from scheduler.core.errors import GpusliceError
 
-class ServiceError(RuntimeError):
+
+class ServiceError(GpusliceError):
     """The service could not be reached or answered something unexpected."""
+
+    exit_code = 1
 
 
 class ExtenderClient:

@@ -13,74 +13,72 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from scheduler.core.errors import ConfigError, RequestError
-from scheduler.core.fragmentation import TypicalWorkload
-from scheduler.core.policies import REGISTRY, Policy, make_policy
-from scheduler.core.quantity import cpu_milli
-from scheduler.core.request import DEFAULT_PREFIX, Demand, GpuKind, GpuRequest, parse_gpu_request
+from scheduler.core.errors import ConfigError
+from scheduler.core.policies import REGISTRY, Policy, make_policy, options_of
+from scheduler.core.request import DEFAULT_PREFIX
 
-DEFAULT_PORT = 8686
+from . import config_errors
+from .defaults import DEFAULT_PORT
+
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
 # kube-scheduler calls the extender from its own container in gpuslice's pod: over loopback.
 DEFAULT_TRUSTED_NETWORKS = ("127.0.0.0/8", "::1/128")
 ENV_PREFIX = "GPUSLICE_"
 
-_GPU_KEYS = ("gpu-fraction", "gpu-memory", "gpu-compute", "gpu-count", "mig-profile", "sharing", "gpu-model")
+
+def _underscored(value: Any) -> Any:
+    """Option keys as the dataclasses name them: ``gpu-fraction`` is ``gpu_fraction``."""
+    if isinstance(value, Mapping):
+        return {str(k).replace("-", "_"): _underscored(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_underscored(v) for v in value]
+    return value
 
 
-class WorkloadShape(BaseModel):
-    """One typical pod of the fgd workload: a GPU request in annotation form, its CPU, its weight."""
+class OptionErrors(ValueError):
+    """Bad options of a policy, each as (path under the policy, message)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    def __init__(self, lines: list[tuple[str, str]]) -> None:
+        self.lines = lines
+        super().__init__("; ".join(f"{path}: {message}" for path, message in lines))
 
-    weight: float = Field(gt=0)
-    cpu: str | int = 0
-    gpu_fraction: str | None = Field(None, alias="gpu-fraction")
-    gpu_memory: str | None = Field(None, alias="gpu-memory")
-    gpu_compute: str | None = Field(None, alias="gpu-compute")
-    gpu_count: str | None = Field(None, alias="gpu-count")
-    mig_profile: str | None = Field(None, alias="mig-profile")
-    sharing: str | None = None
-    gpu_model: str | None = Field(None, alias="gpu-model")
 
-    @field_validator("cpu")
-    @classmethod
-    def _cpu(cls, value: str | int) -> str | int:
-        try:
-            if cpu_milli(value) < 0:
-                raise ValueError
-        except ValueError:
-            raise ValueError(f"must be a CPU quantity such as 4 or 500m, got {value!r}") from None
-        return value
-
-    @model_validator(mode="after")
-    def _request(self) -> WorkloadShape:
-        self.gpu_request()
-        return self
-
-    def gpu_request(self) -> GpuRequest:
-        annotations = {}
-        for key in _GPU_KEYS:
-            value = getattr(self, key.replace("-", "_"))
-            if value is not None:
-                annotations[DEFAULT_PREFIX + key] = str(value)
-        try:
-            return parse_gpu_request(annotations)
-        except RequestError as exc:
-            raise ValueError(str(exc).replace(DEFAULT_PREFIX, "")) from exc
-
-    def demand(self) -> Demand:
-        return Demand(cpu_milli(self.cpu), 0, self.gpu_request())
+def policy_options(name: str, given: Mapping[str, Any]) -> Any:
+    """``given`` validated as the options dataclass of policy ``name`` (:class:`OptionErrors`
+    naming each bad field by its path, and the accepted fields for an unknown one)."""
+    kind = options_of(name)
+    unknown = config_errors.unknown_options(kind, given)
+    if unknown:
+        raise OptionErrors(
+            [
+                (
+                    config_errors.dotted(loc),
+                    f"not an option of policy {name}"
+                    + (f" (did you mean {near!r}?)" if near else "")
+                    + f"; accepted: {', '.join(accepted) or 'none'}",
+                )
+                for loc, accepted, near in unknown
+            ]
+        )
+    values = _underscored(given)
+    try:
+        return TypeAdapter(kind).validate_python(values)
+    except ValidationError as exc:
+        raise OptionErrors(
+            [(_alias_path(err["loc"]), err["msg"].removeprefix("Value error, ")) for err in exc.errors()]
+        ) from None
 
 
 class PolicyConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """The policy pods get unless they name another (``name``), its options beside the name
+    (see each policy's options), and the options of policies pods may name (``policies``)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     name: str = "binpack"
-    workload: tuple[WorkloadShape, ...] | None = None
-    seed: int | None = None
+    policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod
@@ -89,27 +87,25 @@ class PolicyConfig(BaseModel):
             raise ValueError(f"unknown policy {value!r}; accepted: {', '.join(sorted(REGISTRY))}")
         return value
 
+    @field_validator("policies")
+    @classmethod
+    def _each(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name, given in value.items():
+            if name not in REGISTRY:
+                raise ValueError(f"unknown policy {name!r}; accepted: {', '.join(sorted(REGISTRY))}")
+            policy_options(name, given or {})
+        return value
+
     @model_validator(mode="after")
     def _options(self) -> PolicyConfig:
-        if self.workload is not None and self.name not in ("fgd", "fgd-cpu"):
-            raise ValueError("'workload' is an option of the fgd and fgd-cpu policies only")
-        if self.workload is not None and not self.workload:
-            raise ValueError("'workload' needs at least one shape")
-        if self.seed is not None and self.name != "random":
-            raise ValueError("'seed' is an option of the random policy only")
+        policy_options(self.name, self.model_extra or {})
         return self
 
-    def options(self) -> dict[str, Any]:
-        if self.workload:
-            total = sum(s.weight for s in self.workload)
-            shapes = tuple((s.demand(), s.weight / total) for s in self.workload)
-            if not any(d.gpu.kind is not GpuKind.NONE for d, _ in shapes):
-                raise ConfigError("policy.workload: needs at least one shape with a GPU request")
-            # fgd scores against this workload; fgd-cpu starts from it and learns from the pods it sees
-            return {"prior" if self.name == "fgd-cpu" else "workload": TypicalWorkload(shapes)}
-        if self.seed is not None:
-            return {"seed": self.seed}
-        return {}
+    def options_for(self, name: str) -> Any:
+        """The validated options of policy ``name``: its own, else those under ``policies``."""
+        if name == self.name:
+            return policy_options(name, self.model_extra or {})
+        return policy_options(name, self.policies.get(name) or {})
 
 
 class KubeSettings(BaseModel):
@@ -153,6 +149,11 @@ class ServeConfig(BaseModel):
     tls_key: Path | None = None
     max_body_bytes: int = Field(DEFAULT_MAX_BODY, ge=1024, le=1024**3)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # None: text when stderr is a terminal (a person reads it), JSON lines otherwise (a pipeline does)
+    log_format: Literal["text", "json"] | None = None
+    # After prioritize, the node ranked first is held for the pod this long (seconds) or until
+    # its bind arrives: the pods kube-scheduler filters before that bind see the share taken.
+    hold_s: float = Field(2.0, ge=0, le=60, allow_inf_nan=False)
     kube: KubeSettings = KubeSettings()
     # Where the extender verbs (filter, prioritize, bind, preempt) and /debug may be called from;
     # anyone else gets 403. The webhook, /metrics and the probes answer everyone.
@@ -185,25 +186,55 @@ class ServeConfig(BaseModel):
                 ) from None
         return value
 
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            if not re.fullmatch(
+                r"(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*", value
+            ):
+                raise ValueError(
+                    f"{value!r} is not an address to listen on; accepted: an IP address such as 127.0.0.1, "
+                    "0.0.0.0 or ::, or a host name"
+                ) from None
+        return value
+
     @field_validator("tls_cert", "tls_key")
     @classmethod
-    def _exists(cls, value: Path | None) -> Path | None:
-        if value is not None and not value.is_file():
-            raise ValueError(f"no such file: {value}")
+    def _readable(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            if not value.is_file():
+                raise ValueError(f"no such file: {value}")
+            if not os.access(value, os.R_OK):
+                raise ValueError(f"cannot read {value}: permission denied")
         return value
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServeConfig:
         if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("tls_cert and tls_key go together: give both or neither")
+            raise ValueError("tls_cert and tls_key (--tls-cert, --tls-key) go together: give both or neither")
+        if self.tls_cert is not None and self.tls_key is not None:
+            import ssl
+
+            try:
+                ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(self.tls_cert, self.tls_key)
+            except (ssl.SSLError, OSError) as exc:
+                raise ValueError(
+                    f"tls_cert {self.tls_cert} and tls_key {self.tls_key} cannot serve TLS ({exc}); accepted: a PEM "
+                    "certificate and the PEM private key that matches it"
+                ) from None
         return self
 
     @property
     def scheme(self) -> str:
         return "https" if self.tls_cert else "http"
 
-    def make_policy(self) -> Policy:
-        return make_policy(self.policy.name, **self.policy.options())
+    def make_policy(self, name: str | None = None) -> Policy:
+        """Policy ``name`` (default: the configured one) with its configured options."""
+        chosen = name or self.policy.name
+        return make_policy(chosen, self.policy.options_for(chosen))
 
 
 # Environment variables and the config field each sets ("policy" sets policy.name).
@@ -219,23 +250,8 @@ ENV_FIELDS = {
     "TLS_KEY": "tls_key",
     "MAX_BODY_BYTES": "max_body_bytes",
     "LOG_LEVEL": "log_level",
+    "LOG_FORMAT": "log_format",
 }
-
-
-def _path(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part not in ("function-after", "function-before") and not part.startswith(("function-", "tagged-")):
-            out += ("." if out else "") + part
-    return out or "(config)"
-
-
-def _alias_path(loc: tuple[int | str, ...]) -> str:
-    return _path(
-        tuple(p.replace("_", "-") if isinstance(p, str) and p.startswith(("gpu_", "mig_")) else p for p in loc)
-    )
 
 
 def load_config(
@@ -243,19 +259,22 @@ def load_config(
     env: Mapping[str, str] | None = None,
     flags: Mapping[str, Any] | None = None,
 ) -> ServeConfig:
-    """Merge the sources and validate; ConfigError lists every bad field by its path."""
+    """Merge the sources and validate; ConfigError lists every bad field, each by where it
+    was set (``--port``, ``GPUSLICE_PORT`` or ``FILE: port``), its value and what is accepted."""
     data: dict[str, Any] = {}
-    origin = ""
+    origins: dict[tuple[str, ...], str] = {}  # path -> where it was set, when not in the file
     if file is not None:
-        origin = f"{file}: "
         try:
             loaded = yaml.safe_load(file.read_text(encoding="utf-8"))
         except OSError as exc:
-            raise ConfigError(f"--config: cannot read {file}: {exc.strerror or exc}") from exc
+            raise ConfigError(f"--config {str(file)!r}: cannot read: {exc.strerror or exc}") from exc
         except yaml.YAMLError as exc:
-            raise ConfigError(f"--config: {file} is not YAML: {exc}") from exc
+            raise ConfigError(f"--config {str(file)!r}: not YAML: {' '.join(str(exc).split())}") from exc
         if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"--config: {file} must hold a mapping of settings")
+            raise ConfigError(
+                f"--config {str(file)!r}: must hold a mapping of settings; accepted keys: "
+                + ", ".join(config_errors.keys(ServeConfig))
+            )
         data = dict(loaded or {})
         if isinstance(data.get("policy"), str):
             data["policy"] = {"name": data["policy"]}
@@ -263,22 +282,50 @@ def load_config(
     for suffix, name in ENV_FIELDS.items():
         value = environ.get(ENV_PREFIX + suffix)
         if value is not None and value != "":
-            _set(data, name, value)
+            origins[_set(data, name, value)] = ENV_PREFIX + suffix
     for name, value in (flags or {}).items():
         if value is not None:
-            _set(data, name, value)
+            origins[_set(data, name, value)] = "--" + name.replace("_", "-")  # the flag of that name
     try:
         return ServeConfig.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{origin}{_alias_path(err['loc'])}: {err['msg']}" for err in exc.errors()]
+        lines: list[str] = []
+        for err in exc.errors(include_url=False):
+            loc = tuple(err["loc"])
+            cause = (err.get("ctx") or {}).get("error")
+            if isinstance(cause, OptionErrors):  # a policy's options, each by its own path
+                where = _where(loc, origins, file)
+                lines.extend(f"{where}.{path}: {message}" for path, message in cause.lines)
+            else:
+                lines.append(config_errors.explain(err, ServeConfig, _where(loc, origins, file)))
+        if len(lines) == 1:
+            raise ConfigError(lines[0]) from None
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
-    except ConfigError:
-        raise
 
 
-def _set(data: dict[str, Any], name: str, value: Any) -> None:
+def _alias_path(loc: tuple[int | str, ...]) -> str:
+    """A path as the file writes it: a policy option ``gpu_fraction`` is ``gpu-fraction``."""
+    return config_errors.dotted(
+        tuple(p.replace("_", "-") if isinstance(p, str) and p.startswith(("gpu_", "mig_")) else p for p in loc)
+    )
+
+
+def _where(loc: tuple[int | str, ...], origins: Mapping[tuple[str, ...], str], file: Path | None) -> str:
+    """Where the value at ``loc`` was set: a flag, an environment variable, or the file."""
+    if not loc:
+        return ""
+    found = origins.get(tuple(str(p) for p in loc))
+    if found is not None:
+        return found
+    path = config_errors.dotted(loc)
+    return f"{file}: {path}" if file is not None else path
+
+
+def _set(data: dict[str, Any], name: str, value: Any) -> tuple[str, ...]:
+    """Set the field ``name`` ("policy" sets policy.name); the path set."""
     if name == "policy":
         policy = data.get("policy")
         data["policy"] = dict(policy, name=value) if isinstance(policy, dict) else {"name": value}
-    else:
-        data[name] = value
+        return ("policy", "name")
+    data[name] = value
+    return (name,)

@@ -1,4 +1,6 @@
-"""What ``/debug/nodes`` shows and ``gpuslice inspect`` prints: each device's shares and free capacity."""
+"""What ``/debug/nodes`` shows and ``gpuslice inspect`` prints: each device's shares and free capacity,
+and, where the node agent measures them, each share's used memory and compute and the stray
+processes (from the Node's usage annotation: :mod:`scheduler.core.measured`)."""
 
 from __future__ import annotations
 
@@ -6,10 +8,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from scheduler.core.capacity import free_milli
-from scheduler.core.inventory import Device, Node, SharingMode
-from scheduler.core.request import MILLI
-from scheduler.core.state import DeviceUsage, NodeState
+from scheduler.core.errors import InventoryError
+from scheduler.core.measured import Measured, parse_usage
+from scheduler.core.state import NodeState
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,55 +26,16 @@ class DeviceRow:
     compute_free_milli: int
     free_milli: int  # the core's free share (what policies see)
     shares: int
-    detail: str  # MIG slots in use, MPS clients, time-slicing replicas
-
-
-def _free(node: Node, device: Device, usage: DeviceUsage) -> tuple[int, int, str]:
-    """(free memory MiB, free compute milli, detail) of one device, by its mode's rules."""
-    mode = device.mode
-    if mode is SharingMode.EXCLUSIVE:
-        busy = usage.shares > 0
-        return (0, 0, "in use") if busy else (device.memory_mib, MILLI, "free")
-    if mode is SharingMode.MIG:
-        layout = device.model.mig
-        if layout is None:
-            return 0, 0, "no MIG layout"
-        used = ", ".join(f"{s.profile}@{s.start}" for s in usage.mig) or "none"
-        if device.mig_static:
-            taken = {(s.profile, s.start) for s in usage.mig}
-            free = [i for i in device.mig_instances if (i.profile.name, i.start) not in taken]
-            mem = sum(i.profile.memory_mib for i in free)
-            slices = sum(i.profile.compute_slices for i in free)
-            return mem, slices * MILLI // layout.compute_slices, f"static; used {used}"
-        slots = layout.memory_slots - sum(s.size for s in usage.mig)
-        slices = layout.compute_slices - sum(s.slices for s in usage.mig)
-        return (
-            slots * device.memory_mib // layout.memory_slots,
-            slices * MILLI // layout.compute_slices,
-            f"dynamic; used {used}",
-        )
-    if mode is SharingMode.MPS:
-        cap = MILLI * node.mps_compute_oversub_pct // 100
-        full = usage.shares >= device.mps_client_limit
-        return (
-            0 if full else max(0, device.memory_mib - usage.memory_mib),
-            0 if full else max(0, cap - usage.compute_milli),
-            f"{usage.shares}/{device.mps_client_limit} clients",
-        )
-    cap = device.memory_mib * node.ts_memory_oversub_pct // 100
-    full = usage.shares >= device.replicas
-    return (
-        0 if full else max(0, cap - usage.memory_mib),
-        0 if full else max(0, MILLI - usage.compute_milli),
-        f"{usage.shares}/{device.replicas} replicas",
-    )
+    detail: str  # MIG slots in use, MPS clients, time-slicing replicas, or why the GPU is unhealthy
+    healthy: bool
+    unhealthy_reason: str = ""
+    stray_memory_mib: int = 0  # held by processes no record accounts for (the node agent measures it)
 
 
 def device_rows(state: NodeState) -> list[DeviceRow]:
     node = state.node
     rows = []
-    for device, usage in zip(node.devices, state.usage, strict=True):
-        mem_free, compute_free, detail = _free(node, device, usage)
+    for device, usage, left in zip(node.devices, state.usage, state.free(), strict=True):
         rows.append(
             DeviceRow(
                 device.index,
@@ -82,12 +44,15 @@ def device_rows(state: NodeState) -> list[DeviceRow]:
                 device.mode.value,
                 device.memory_mib,
                 usage.memory_mib,
-                mem_free,
+                left.memory_mib,
                 usage.compute_milli,
-                compute_free,
-                free_milli(device, usage),
+                left.compute_milli,
+                left.milli,
                 usage.shares,
-                detail,
+                left.detail if device.healthy else f"unhealthy: {device.unhealthy_reason}",
+                device.healthy,
+                device.unhealthy_reason,
+                device.stray_memory_mib,
             )
         )
     return rows
@@ -99,9 +64,12 @@ def describe(
     problem: str = "",
     errors: Mapping[str, str] | None = None,
     inflight: Iterable[str] = (),
+    usage: str = "",
 ) -> dict[str, Any]:
-    """One node as JSON: capacity, pods with their shares, devices, rejected records."""
+    """One node as JSON: capacity, pods with their shares (with measured use, where the node
+    agent publishes it), devices, stray processes, rejected records."""
     out: dict[str, Any] = {"name": name, "usable": state is not None and not problem, "problem": problem or None}
+    measured, out["measured"] = _measured(name, usage)
     if state is not None:
         node = state.node
         out["cpuMilli"] = {"allocatable": node.cpu_milli, "allocated": state.cpu_milli}
@@ -125,6 +93,7 @@ def describe(
                         "memoryMiB": s.memory_mib,
                         "computeMilli": s.compute_milli,
                         "mig": None if s.mig is None else f"{s.mig.profile}@{s.mig.start}",
+                        **_used(measured, pod, s.index),
                     }
                     for s in alloc.shares
                 ],
@@ -134,6 +103,29 @@ def describe(
         out["devices"] = [_camel(asdict(row)) for row in device_rows(state)]
     out["recordErrors"] = dict(errors or {})
     return out
+
+
+def _measured(name: str, usage: str) -> tuple[Measured | None, dict[str, Any] | None]:
+    """The usage annotation, and what ``/debug/nodes`` shows of it besides the shares: when it
+    was measured and the stray processes (None without an agent; a bad annotation is shown, and
+    changes nothing else)."""
+    if not usage:
+        return None, None
+    try:
+        measured = parse_usage(name, usage)
+    except InventoryError as exc:
+        return None, {"problem": str(exc)}
+    stray = [{"index": s.index, "pid": s.pid, "memoryMiB": s.memory_mib, "why": s.why} for s in measured.stray]
+    return measured, {"at": measured.at, "stray": stray, "strayOmitted": measured.stray_omitted}
+
+
+def _used(measured: Measured | None, pod: str, index: int) -> dict[str, Any]:
+    """A share's measured figures: ``usedMiB``, ``usedComputeMilli`` (None where not sampled),
+    ``overrun``; nothing without an agent's figures for the pod."""
+    found = next((m for m in measured.pods.get(pod, ()) if m.index == index), None) if measured else None
+    if found is None:
+        return {}
+    return {"usedMiB": found.used_memory_mib, "usedComputeMilli": found.used_compute_milli, "overrun": found.overrun}
 
 
 def _camel(row: Mapping[str, Any]) -> dict[str, Any]:

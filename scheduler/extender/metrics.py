@@ -23,7 +23,11 @@ def reason_class(reason: str) -> str:
 
 
 class Metrics:
-    def __init__(self, devices: Callable[[], Iterable[tuple[str, DeviceRow]]] | None = None) -> None:
+    def __init__(
+        self,
+        devices: Callable[[], Iterable[tuple[str, DeviceRow]]] | None = None,
+        invalid: Callable[[], Mapping[str, str]] | None = None,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.latency = Histogram(
             "gpuslice_extender_request_seconds",
@@ -42,6 +46,8 @@ class Metrics:
         self._classes: dict[str, str] = {}
         if devices is not None:
             self.registry.register(_DeviceCollector(devices))
+        if invalid is not None:
+            self.registry.register(_InvalidNodes(invalid))
 
     def reject(self, reasons: Iterable[str]) -> None:
         self.reject_counts(Tally(reasons))
@@ -66,24 +72,56 @@ class _DeviceCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         memory = GaugeMetricFamily(
-            "gpuslice_gpu_memory_mib", "GPU memory per node and sharing mode.", labels=["node", "mode", "state"]
+            "gpuslice_gpu_memory_mib",
+            "GPU memory per node and sharing mode: allocated, free, and stray (held by processes no record "
+            "accounts for, as the node agent measured it).",
+            labels=["node", "mode", "state"],
         )
         compute = GaugeMetricFamily(
             "gpuslice_gpu_compute_milli",
             "GPU compute (thousandths of a GPU) per node and sharing mode.",
             labels=["node", "mode", "state"],
         )
+        unhealthy = GaugeMetricFamily(
+            "gpuslice_gpu_unhealthy",
+            "1 for each GPU the node agent marked unhealthy (fatal XID, off the bus), with the reason.",
+            labels=["node", "gpu", "uuid", "reason"],
+        )
         totals: dict[tuple[str, str], list[int]] = {}
         for node, row in self._devices():
-            t = totals.setdefault((node, row.mode), [0, 0, 0, 0])
+            if not row.healthy:
+                unhealthy.add_metric([node, str(row.index), row.uuid, row.unhealthy_reason], 1)
+            t = totals.setdefault((node, row.mode), [0, 0, 0, 0, 0])
             t[0] += row.memory_allocated_mib
             t[1] += row.memory_free_mib
             t[2] += row.compute_allocated_milli
             t[3] += row.compute_free_milli
-        for (node, mode), (mem_used, mem_free, cpu_used, cpu_free) in sorted(totals.items()):
+            t[4] += row.stray_memory_mib
+        for (node, mode), (mem_used, mem_free, cpu_used, cpu_free, stray) in sorted(totals.items()):
             memory.add_metric([node, mode, "allocated"], mem_used)
             memory.add_metric([node, mode, "free"], mem_free)
+            memory.add_metric([node, mode, "stray"], stray)
             compute.add_metric([node, mode, "allocated"], cpu_used)
             compute.add_metric([node, mode, "free"], cpu_free)
         yield memory
         yield compute
+        yield unhealthy
+
+
+class _InvalidNodes(Collector):
+    """``gpuslice_node_inventory_invalid{node}`` = 1 for each node whose GPU inventory cannot be
+    read (no pods are placed there until it is fixed); the reason is in the log, the Node's
+    events and ``/debug/nodes``."""
+
+    def __init__(self, invalid: Callable[[], Mapping[str, str]]) -> None:
+        self._invalid = invalid
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        gauge = GaugeMetricFamily(
+            "gpuslice_node_inventory_invalid",
+            "1 for each node gpuslice does not serve because its GPU inventory is invalid.",
+            labels=["node"],
+        )
+        for node in sorted(self._invalid()):
+            gauge.add_metric([node], 1.0)
+        yield gauge

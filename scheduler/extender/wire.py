@@ -10,12 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any, Protocol, TypeGuard
 
 import numpy as np
 import orjson
 
 MAX_PRIORITY = 10  # extenderv1.MaxExtenderPriority
+
+
+def go_safe(message: str) -> str:
+    """``message`` as kube-scheduler shows it right: it turns an extender's ``Error`` into an
+    error with ``fmt.Errorf(result.Error)``, where a ``%`` starts a verb
+    (``needs 50%!c(MISSING)ompute``). A ``%`` becomes the full-width ``％``, which reads the
+    same and which no Go format string eats."""
+    return message.replace("%", "\uff05")
 
 
 class WireError(ValueError):
@@ -80,48 +88,12 @@ class ExtenderArgs:
     nodes: Sequence[Mapping[str, Any]] | None = None
 
 
-class NameLists:
-    """The NodeNames arrays met lately, each as its JSON bytes and as the list of names.
+class KnownLists(Protocol):
+    """NodeNames arrays met lately (:class:`scheduler.extender.answers.NameLists`)."""
 
-    kube-scheduler sends filter the same 5,000 names for pod after pod, and prioritize the
-    names filter passed: comparing bytes is far cheaper than decoding them again, and the
-    same list object then lets the service recognise the list at once. Not thread-safe:
-    the verbs that use it run on the event loop.
-    """
+    def find(self, raw: bytes) -> list[str] | None: ...
 
-    __slots__ = ("_lists", "_size")
-
-    def __init__(self, size: int = 4) -> None:
-        self._size = size
-        self._lists: list[tuple[bytes, list[str]]] = []  # most recent first
-
-    def find(self, raw: bytes) -> list[str] | None:
-        """The names of the array encoded as ``raw``, if met lately."""
-        for i, (seen, names) in enumerate(self._lists):
-            if seen == raw:
-                self._to_front(i)
-                return names
-        return None
-
-    def encode(self, names: list[str], raw: bytes | None = None) -> bytes:
-        """``names`` as a JSON array (``raw`` if given, else encoded), remembered as the most
-        recent; the very list object is looked for first, and keeps the bytes it came with."""
-        for i, (seen, known) in enumerate(self._lists):
-            if known is names:
-                self._to_front(i)
-                return seen
-        if raw is None:
-            raw = orjson.dumps(names)
-        self.remember(raw, names)
-        return raw
-
-    def remember(self, raw: bytes, names: list[str]) -> None:
-        self._lists.insert(0, (raw, names))
-        del self._lists[self._size :]
-
-    def _to_front(self, i: int) -> None:
-        if i:
-            self._lists.insert(0, self._lists.pop(i))
+    def remember(self, raw: bytes, names: list[str]) -> None: ...
 
 
 _NODE_NAMES_KEY = b'"NodeNames":'
@@ -158,7 +130,7 @@ def _split_names(body: bytes) -> tuple[dict[str, Any], bytes] | None:
     return top, raw
 
 
-def parse_args(body: bytes, known: NameLists | None = None) -> ExtenderArgs:
+def parse_args(body: bytes, known: KnownLists | None = None) -> ExtenderArgs:
     """ExtenderArgs from a request body; NodeNames arrays met lately (``known``) are not decoded again."""
     if known is not None and (split := _split_names(body)) is not None:
         envelope, raw = split
@@ -251,7 +223,7 @@ def filter_result(
             b',"FailedAndUnresolvableNodes":',
             unresolvable_json,
             b',"Error":',
-            orjson.dumps(error),
+            orjson.dumps(go_safe(error)),
             b"}",
         )
     )
@@ -328,7 +300,7 @@ def parse_binding(body: bytes) -> BindingArgs:
 
 
 def binding_result(error: str = "") -> bytes:
-    return orjson.dumps({"Error": error})
+    return orjson.dumps({"Error": go_safe(error)})
 
 
 @dataclass(frozen=True, slots=True)

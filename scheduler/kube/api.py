@@ -1,8 +1,9 @@
 """The one module that calls the ``kubernetes`` client: every API call gpuslice makes, as plain JSON.
 
-Objects never go through the client's models (pydantic with ``extra='forbid'``, DESIGN §6):
-every call uses ``_preload_content=False`` and the body is parsed with ``json.loads``, so
-fields newer than the client stay ordinary dict entries. Every client or transport
+Objects never go through the client's generated models (they drop fields newer than the
+client, and reading a Binding's answer into one raises): every call uses
+``_preload_content=False`` and the body is parsed with ``json.loads``, so fields newer than
+the client stay ordinary dict entries. Every client or transport
 exception is wrapped into :mod:`scheduler.kube.errors`, raised ``from`` the cause.
 
 :data:`API_CALLS` lists each call as ``(verb, apiGroup, resource)``, the rules the
@@ -33,10 +34,23 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("get", "", "pods"),
         ("patch", "", "pods"),
         ("create", "", "pods/binding"),
+        ("create", "", "events"),
         ("get", "", "configmaps"),
         ("list", "", "configmaps"),
         ("create", "", "configmaps"),
         ("update", "", "configmaps"),
+    }
+)
+
+# Every call the node agent (scheduler.kube.nodeapi) makes, under its own service account.
+AGENT_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        ("get", "", "nodes"),
+        ("patch", "", "nodes"),
+        ("list", "", "pods"),
+        ("watch", "", "pods"),
+        ("create", "", "events"),
+        ("create", "", "pods/eviction"),  # the overrun guard, with overrun.action: evict only
     }
 )
 
@@ -125,6 +139,8 @@ class KubeApi:
         self._client = api_client
         self._core: Any = k8s.CoreV1Api(api_client)
         self.request_timeout_s = request_timeout_s
+        # what this client may call, and the name of that set (the node agent's: AGENT_API_CALLS)
+        self.calls, self.calls_name = API_CALLS, "API_CALLS"
 
     # ------------------------------------------------------------ construction
 
@@ -183,8 +199,8 @@ class KubeApi:
         self, verb: str, resource: str, method: Callable[..., Any], *args: Any, timeout: Any = None, **kwargs: Any
     ) -> Any:
         """One call, with the response unread; its (verb, resource) must be in :data:`API_CALLS`."""
-        if (verb, "", resource) not in API_CALLS:
-            raise AssertionError(f"API call {verb} {resource} is missing from API_CALLS")
+        if (verb, "", resource) not in self.calls:
+            raise AssertionError(f"API call {verb} {resource} is missing from {self.calls_name}")
         call = f"{verb} {resource}"
         try:
             return method(
@@ -238,9 +254,17 @@ class KubeApi:
             options["_continue"] = continue_token
         return self._json("list", resource, self._lister(resource), **options)
 
-    def watch(self, resource: str, resource_version: str, timeout_s: int, read_slack_s: float = 5.0) -> WatchStream:
+    def watch(
+        self,
+        resource: str,
+        resource_version: str,
+        timeout_s: int,
+        read_slack_s: float = 5.0,
+        field_selector: str | None = None,
+    ) -> WatchStream:
         """Changes to nodes or pods after ``resource_version``; the server ends the stream after ``timeout_s``,
         and a stream silent for ``read_slack_s`` longer than that is treated as broken."""
+        extra = {"field_selector": field_selector} if field_selector else {}
         response = self._raw(
             "watch",
             resource,
@@ -250,6 +274,7 @@ class KubeApi:
             resource_version=resource_version,
             timeout_seconds=timeout_s,
             allow_watch_bookmarks=True,
+            **extra,
         )
         return WatchStream(f"watch {resource}", response)
 
@@ -263,8 +288,30 @@ class KubeApi:
         )
 
     def bind_pod(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
-        # _preload_content=False (in _raw): the client raises on a successful bind otherwise (DESIGN §6).
+        # _preload_content=False (in _raw): reading the answer into the client's model raises on a
+        # successful bind (its V1Binding requires a target the answer does not carry).
         self._json("create", "pods/binding", self._core.create_namespaced_pod_binding, name, namespace, dict(body))
+
+    def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """A ``policy/v1`` Eviction, so PodDisruptionBudgets hold (HTTP 429 while a budget
+        allows no disruption); only while the pod's UID is ``uid``."""
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}} if uid else {},
+        }
+        self._json("create", "pods/eviction", self._core.create_namespaced_pod_eviction, name, namespace, body)
+
+    def get_node(self, name: str) -> Json:
+        return self._json("get", "nodes", self._core.read_node, name)
+
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> Json:
+        """A JSON merge patch (RFC 7386) of a Node: ``None`` values delete keys."""
+        return self._json("patch", "nodes", self._core.patch_node, name, dict(patch), _content_type=MERGE_PATCH)
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> Json:
+        return self._json("create", "events", self._core.create_namespaced_event, namespace, dict(body))
 
     def get_configmap(self, namespace: str, name: str) -> Json:
         return self._json("get", "configmaps", self._core.read_namespaced_config_map, name, namespace)

@@ -25,6 +25,7 @@ from .api import KubeApi
 from .binder import Binder, Sweep
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import KubeError
+from .events import NODE_EVENTS_NAMESPACE, node_event
 from .options import KubeOptions
 from .reflector import Reflector
 
@@ -169,6 +170,19 @@ class KubeBackend:
 
     def bind(self, pod: PodRef, node: str, decide: Decide) -> BindResult:
         return self._binder.bind(pod, node, decide)
+
+    def node_event(self, node: str, reason: str, message: str) -> None:
+        """A Warning Event on the Node, created from a thread of its own: the caller is the
+        watch, which must not wait on the API server. Best effort: a failure is logged."""
+        body = node_event(node, "Warning", reason, message, self._clock.now())
+
+        def post() -> None:
+            try:
+                self.api.create_event(NODE_EVENTS_NAMESPACE, body)
+            except KubeError as exc:
+                log.warning("event about node %s not recorded: %s", node, exc)
+
+        threading.Thread(target=post, name="gpuslice-event", daemon=True).start()
 
     def sweep(self) -> Sweep:
         """One pass of the cleanup the sweeper thread runs every ``sweep_interval_s``

@@ -38,7 +38,6 @@ entry vouches for is removed once stale. So nothing half-written outlives
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
@@ -48,19 +47,19 @@ from datetime import timedelta
 from typing import Any
 
 from scheduler.backend import BindResult, Decide, PodRef
-from scheduler.core.allocation import Allocation, decode_record, encode_record, record_annotations
+from scheduler.core.allocation import Allocation, decode_record, encode_record, record_annotations, record_header
 from scheduler.core.errors import GpusliceError
+from scheduler.core.pods import ALLOCATING, BOUND, has_ended, holding_record, key_of, node_of
 from scheduler.core.request import OUTPUT_KEYS
 
 from .api import KubeApi
 from .clock import Clock, parse_rfc3339, rfc3339
 from .errors import ApiStatusError, ApiUnavailableError, ConflictError, KubeError, NotFoundError
-from .ledger import ALLOCATING, BOUND, MANAGED_BY, Entry, Ledger, LedgerStore, decode_entries
+from .ledger import MANAGED_BY, Entry, Ledger, LedgerStore, decode_entries
 from .options import KubeOptions
 
 log = logging.getLogger("gpuslice.kube.bind")
 
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 # Annotations gpuslice writes on pods; a bind sets its own and removes any other left there.
 POD_OUTPUT_KEYS = tuple(sorted(OUTPUT_KEYS - {"inventory"}))
 LEDGER_SELECTOR = ",".join(f"{k}={v}" for k, v in sorted(MANAGED_BY.items()))
@@ -80,21 +79,6 @@ class Sweep:
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
-
-
-def _node_of(pod: Mapping[str, Any]) -> str:
-    spec = pod.get("spec")
-    return str(spec.get("nodeName") or "") if isinstance(spec, Mapping) else ""
-
-
-def _terminal(pod: Mapping[str, Any]) -> bool:
-    status = pod.get("status")
-    return isinstance(status, Mapping) and status.get("phase") in TERMINAL_PHASES
-
-
-def _key(pod: Mapping[str, Any]) -> str:
-    meta = _meta(pod)
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
 class Binder:
@@ -134,10 +118,10 @@ class Binder:
         live = self._current_pod(pod)
         if isinstance(live, str):
             return BindResult(error=live)
-        bound_to = _node_of(live)
+        bound_to = node_of(live)
         if bound_to:
             return self._already_bound(pod, node, live, bound_to)
-        if _terminal(live):
+        if has_ended(live):
             return BindResult(error=f"pod {pod.key} has ended ({live['status']['phase']}); nothing to bind")
 
         stamp = rfc3339(self._clock.now())
@@ -253,21 +237,13 @@ class Binder:
         limit = min(self._options.conflict_backoff_s * 2**attempt, 1.0)
         self._sleeper.wait(self._rng.uniform(0, limit))
 
-    def _trusted_record(self, pod: Mapping[str, Any]) -> str | None:
-        """The allocation record of a pod gpuslice bound: the Binding wrote ``bind-phase: bound``."""
-        notes = self._annotations(pod)
-        text = notes.get(self._options.prefix + "allocation")
-        if isinstance(text, str) and notes.get(self._options.prefix + "bind-phase") == BOUND:
-            return text
-        return None
-
     def _on_node(self, node: str) -> dict[str, Mapping[str, Any]]:
         listed = self._api.list("pods", field_selector=f"spec.nodeName={node}")
         items = listed.get("items")
         return {
-            _key(p): p
+            key_of(p): p
             for p in (items if isinstance(items, list) else [])
-            if isinstance(p, Mapping) and _node_of(p) == node and not _terminal(p)
+            if isinstance(p, Mapping) and node_of(p) == node and not has_ended(p)
         }
 
     def _current(
@@ -280,7 +256,7 @@ class Binder:
             on_node = self._on_node(node)
         records: dict[str, str] = {}
         for key, live in on_node.items():
-            text = self._trusted_record(live)
+            text = holding_record(live, self._options.prefix)
             if text is not None and key != skip:
                 records[key] = text
         kept: dict[str, Entry] = {}
@@ -306,9 +282,9 @@ class Binder:
             return False
         except KubeError:
             return True  # unknown: keeping a reservation is safe, dropping one is not
-        if _meta(live).get("uid") != entry.uid or _terminal(live):
+        if _meta(live).get("uid") != entry.uid or has_ended(live):
             return False
-        bound_to = _node_of(live)
+        bound_to = node_of(live)
         if bound_to:
             return bound_to == node  # bound here after the list was read, or elsewhere
         started = parse_rfc3339(entry.time)
@@ -340,7 +316,7 @@ class Binder:
         try:
             self._api.patch_pod(str(meta.get("namespace") or "default"), str(meta.get("name")), patch)
         except KubeError as exc:  # changed meanwhile (409) or gone: nothing of ours to clean
-            log.info("left the stale record of %s alone: %s", _key(live), exc, extra={"pod": _key(live)})
+            log.info("left the stale record of %s alone: %s", key_of(live), exc, extra={"pod": key_of(live)})
             return False
         return True
 
@@ -430,15 +406,15 @@ class Binder:
         limit = timedelta(seconds=self._options.stale_allocation_s)
         now = self._clock.now()
         for live in items if isinstance(items, list) else []:
-            if not isinstance(live, Mapping) or _node_of(live):
+            if not isinstance(live, Mapping) or node_of(live):
                 continue
             notes = self._annotations(live)
             text = notes.get(prefix + "allocation")
             if not isinstance(text, str) or notes.get(prefix + "bind-phase") != ALLOCATING:
                 continue
-            key = _key(live)
-            node, stamp = _record_node_and_time(text)
-            entry = vouched.get((node, key))
+            key = key_of(live)
+            node, stamp = record_header(text)
+            entry = vouched.get((node or "", key))
             if entry is not None and entry.uid == _meta(live).get("uid") and entry.record == text:
                 continue  # a bind still holding its share (or waiting to be retried)
             started = parse_rfc3339(stamp)
@@ -461,9 +437,9 @@ class Binder:
             return f"whether the Binding exists is unknown ({check}); the share stays reserved"
         if _meta(live).get("uid") != pod.uid:
             return self._undo(pod, node, None)  # another pod of that name now: not ours to touch
-        if _node_of(live) == node:
+        if node_of(live) == node:
             return "bound"
-        if _node_of(live) or (isinstance(exc, ApiStatusError) and exc.status < 500):
+        if node_of(live) or (isinstance(exc, ApiStatusError) and exc.status < 500):
             return self._undo(pod, node, annotations)
         return (
             "the Binding may still land, so the share stays reserved until the pod's next bind "
@@ -520,15 +496,3 @@ class Binder:
         if problems:
             return "rolled back partly: " + "; ".join(problems)
         return "the allocation was rolled back"
-
-
-def _record_node_and_time(text: str) -> tuple[str, str | None]:
-    """The ``node`` and ``timestamp`` of a record ("" and None where unreadable)."""
-    try:
-        body = json.loads(text)
-    except (ValueError, RecursionError):
-        return "", None
-    if not isinstance(body, dict):
-        return "", None
-    node, stamp = body.get("node"), body.get("timestamp")
-    return (node if isinstance(node, str) else ""), (stamp if isinstance(stamp, str) else None)

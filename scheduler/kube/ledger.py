@@ -17,13 +17,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from scheduler.core.pods import ALLOCATING, BOUND
+
 from .api import KubeApi
 from .errors import ApiProtocolError, NotFoundError
 
 log = logging.getLogger("gpuslice.kube.ledger")
 
-ALLOCATING = "allocating"
-BOUND = "bound"
 PHASES = (ALLOCATING, BOUND)
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuslice", "app.kubernetes.io/component": "node-ledger"}
 _MAX_NAME = 253

@@ -54,8 +54,10 @@ class Reflector:
         clock: Clock,
         stop: threading.Event,
         rng: random.Random,
+        field_selector: str | None = None,
     ) -> None:
         self.kind = kind
+        self.field_selector = field_selector  # the node agent follows only its node's pods
         self.resource = RESOURCE_OF[kind]
         self._api = api
         self._emit = emit
@@ -78,7 +80,12 @@ class Reflector:
         version = ""
         while True:
             try:
-                page = self._api.list(self.resource, limit=self._options.list_page_size, continue_token=token)
+                page = self._api.list(
+                    self.resource,
+                    field_selector=self.field_selector,
+                    limit=self._options.list_page_size,
+                    continue_token=token,
+                )
             except GoneError:
                 if token is None:
                     raise
@@ -154,7 +161,11 @@ class Reflector:
                     version = self.relist()
                     must_list = False
                 stream = self._api.watch(
-                    self.resource, version, self._options.watch_timeout_s, self._options.watch_read_slack_s
+                    self.resource,
+                    version,
+                    self._options.watch_timeout_s,
+                    self._options.watch_read_slack_s,
+                    self.field_selector,
                 )
                 self._stream = stream
                 if self._stop.is_set():

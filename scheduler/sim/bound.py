@@ -20,7 +20,7 @@ Built so (``gpuslice bound``):
      or its GPUs taken whole" (k = 1..4)
    * per shared GPU kind (MPS, time-slicing): a configuration (pattern) model. A pattern
      is a multiset of the share sizes placed on that kind that fits together on one empty
-     GPU: each share is added in turn with the core's own ``why_not``/``add_share``, so the
+     GPU: each share is added in turn with the core's own ``refusal``/``add_share``, so the
      compute cap (x MPS oversubscription), the memory cap (x time-slicing
      oversubscription), the MPS client limit and the time-slicing replicas are the core's.
      Variables y_p >= 0: how many GPUs of (c, k) are filled after pattern p; per share
@@ -32,7 +32,7 @@ Built so (``gpuslice bound``):
    min(LP optimum, requested GPU), as milli-GPU and as % of capacity.
 
 Why it is valid for every integer placement: take any placement and read x off it. On
-each shared GPU the shares it holds passed ``why_not`` one after another, and the core's
+each shared GPU the shares it holds passed ``refusal`` one after another, and the core's
 rules for these modes compare running totals (memory, compute, share count) with fixed
 caps, so whether a multiset fits does not depend on order and every sub-multiset of one
 that fits fits too. Extend each GPU's multiset, size by size, until no size of the kind
@@ -71,12 +71,13 @@ from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
 from scheduler.core.allocation import Allocation, DeviceShare
-from scheduler.core.capacity import allocated_milli
+from scheduler.core.capacity import EMPTY, DeviceUsage, add_share, allocated_milli, device_kind, is_whole, refusal
 from scheduler.core.fit import fit
 from scheduler.core.inventory import Device, Node, SharingMode
 from scheduler.core.request import MILLI, Demand
-from scheduler.core.state import EMPTY, DeviceUsage, NodeState, add_share, device_kind, is_whole, why_not
+from scheduler.core.state import NodeState
 
+from .errors import SolverError
 from .model import TIMED, Trace, request_milli
 from .protocol import events as make_events
 
@@ -115,16 +116,8 @@ class Relaxation:
     notes: tuple[str, ...] = ()
 
 
-def _node_class(node: Node) -> tuple[Any, ...]:
-    return (
-        node.cpu_milli,
-        node.memory_mib,
-        node.max_pods,
-        node.mps_compute_oversub_pct,
-        node.ts_memory_oversub_pct,
-        tuple(device_kind(d) for d in node.devices),
-        node.nvlink,
-    )
+def _node_class(node: Node) -> int:
+    return node.kind
 
 
 def arrivals(
@@ -202,7 +195,7 @@ def lp_bound(nodes: Sequence[Node], demands: Sequence[Demand]) -> float:
 def relax(nodes: Sequence[Node], demands: Sequence[Demand], pattern_cap: int = PATTERN_CAP) -> Relaxation:
     """The LP relaxation of the module doc, with its pattern count and fallback notes."""
     shapes = Counter(demands)
-    classes: dict[tuple[Any, ...], list[Node]] = {}
+    classes: dict[int, list[Node]] = {}
     for node in nodes:
         classes.setdefault(_node_class(node), []).append(node)
     rows = _Rows()
@@ -230,7 +223,7 @@ def relax(nodes: Sequence[Node], demands: Sequence[Demand], pattern_cap: int = P
     a = coo_matrix((rows.vals, (rows.rows, rows.cols)), shape=(len(rows.rhs), n_cols)).tocsr()
     result = linprog(np.array(rows.objective), A_ub=a, b_ub=np.array(rows.rhs), bounds=(0, None), method="highs")
     if result.status != 0:
-        raise RuntimeError(f"the LP solver failed: {result.message}")
+        raise SolverError(f"the LP solver failed: {result.message}")
     return Relaxation(float(-result.fun), patterns, tuple(notes))
 
 
@@ -253,7 +246,7 @@ def _class_rows(
         rows.add({j: 1.0 for j, d, _ in mine if d.memory_mib * (k + 1) > node.memory_mib}, k * n)
         rows.add({j: 1.0 for j, _, a in mine if _whole_gpus(a, node) * (k + 1) > len(node.devices)}, k * n)
     # per GPU kind, summed over the class's GPUs of that kind
-    kinds: dict[tuple[Any, ...], list[int]] = {}
+    kinds: dict[int, list[int]] = {}
     for device in node.devices:
         kinds.setdefault(device_kind(device), []).append(device.index)
     added = 0
@@ -305,7 +298,7 @@ def share_patterns(
     empty ``device`` of ``node``, as counts per size; None if more than ``cap`` of them, or if
     the search takes more than ``SEARCH_PER_PATTERN * cap`` steps.
 
-    Each share is added with the core's ``why_not``/``add_share``; a multiset is maximal when no
+    Each share is added with the core's ``refusal``/``add_share``; a multiset is maximal when no
     size can be added. The last size is always taken as often as it fits (fewer would leave
     room for one more, so the multiset would not be maximal)."""
     shares = [DeviceShare(device.uuid, device.index, device.mode, memory, compute) for compute, memory in sizes]
@@ -317,7 +310,7 @@ def share_patterns(
         key = (usage, t)
         if key not in fits:
             budget[0] -= 1
-            fits[key] = None if why_not(node, device, usage, shares[t]) else add_share(device, usage, shares[t])
+            fits[key] = None if refusal(node, device, usage, shares[t]) else add_share(device, usage, shares[t])
         return fits[key]
 
     last = len(shares) - 1

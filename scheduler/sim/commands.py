@@ -1,22 +1,21 @@
-"""``gpuslice simulate`` and ``gpuslice bound``."""
+"""What ``gpuslice simulate`` and ``gpuslice bound`` do, as plain functions (the command line
+itself is declared in ``scheduler.cli``)."""
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
-from scheduler.cli import app
-from scheduler.core.errors import GpusliceError
+from scheduler.core.errors import UsageError
 from scheduler.core.policies import REGISTRY
 
 from .bound import Bound, bound
 from .errors import TraceError
 from .load import embedded_scenario, load_trace
+from .metrics import RunRecord
 from .model import ARRIVALS, REPLAY_MODES, Trace
 from .reference import Reference
 from .reference import load as load_reference
@@ -24,7 +23,7 @@ from .report import Report, write_csv
 from .runner import RunSpec, default_workers, run_all
 
 PAPER_POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")
-DEFAULT_SEEDS = "42"
+MAX_SEEDS = 1000  # runs are traces x policies x seeds: a typo such as 1-100000 would never end
 
 
 def _console() -> Console:
@@ -33,13 +32,9 @@ def _console() -> Console:
     return console if console.is_terminal and console.width >= 132 else Console(width=max(132, console.width))
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    print(f"error: {message}", file=sys.stderr)
-    return typer.Exit(code)
-
-
 def parse_seeds(text: str) -> list[int]:
-    """``42``, ``42,43,47`` or ``42-51`` (inclusive)."""
+    """``42``, ``42,43,47`` or ``42-51`` (inclusive), at most :data:`MAX_SEEDS` of them."""
+    accepted = f"a seed (42), a list (42,43) or a range (42-51), at most {MAX_SEEDS} seeds"
     seeds: list[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -47,17 +42,20 @@ def parse_seeds(text: str) -> list[int]:
             if "-" in part.lstrip("-"):
                 low, high = part.split("-", 1)
                 a, b = int(low), int(high)
-                if b < a:
+                if b < a or b - a >= MAX_SEEDS:
                     raise ValueError
                 seeds.extend(range(a, b + 1))
             else:
                 seeds.append(int(part))
         except ValueError:
-            raise ValueError(f"--seeds {text!r}: accepted: a seed (42), a list (42,43) or a range (42-51)") from None
-    return list(dict.fromkeys(seeds))
+            raise UsageError(f"--seeds {text!r}: accepted: {accepted}") from None
+    seeds = list(dict.fromkeys(seeds))
+    if len(seeds) > MAX_SEEDS:
+        raise UsageError(f"--seeds {text!r}: accepted: {accepted}")
+    return seeds
 
 
-def parse_policies(values: list[str] | None) -> list[str]:
+def parse_policies(values: Sequence[str] | None) -> list[str]:
     names: list[str] = []
     for value in values or [",".join(PAPER_POLICIES)]:
         for name in value.split(","):
@@ -65,102 +63,63 @@ def parse_policies(values: list[str] | None) -> list[str]:
             if not name:
                 continue
             if name not in REGISTRY:
-                raise ValueError(f"--policy {name!r}: accepted: {', '.join(sorted(REGISTRY))}")
+                raise UsageError(f"--policy {name!r}: accepted: {', '.join(sorted(REGISTRY))}")
             names.append(name)
+    if not names:
+        raise UsageError(f"--policy {','.join(values or [])!r}: accepted: one or more of {', '.join(sorted(REGISTRY))}")
     return list(dict.fromkeys(names))
 
 
-def load_traces(paths: list[Path] | None, nodes: Path | None) -> list[Trace]:
+def load_traces(paths: Sequence[Path], nodes: Path | None) -> list[Trace]:
     if not paths:
         if nodes is not None:
-            raise ValueError("--nodes needs an openb pod list (a .csv) as the trace")
+            raise UsageError("--nodes needs an openb pod list (a .csv) as the trace")
         return [embedded_scenario()]
     traces = [load_trace(p, nodes) for p in paths]
     names = [t.name for t in traces]
     if len(set(names)) != len(names):
-        raise ValueError(f"two traces have the same name ({', '.join(names)}); rename one")
+        raise UsageError(f"two traces have the same name ({', '.join(names)}); rename one")
     return traces
 
 
-TRACE_HELP = (
-    "Input(s): an openb pod list (.csv), a scenario (.yaml) or a Kubernetes v1 List "
-    "(kubectl get nodes,pods -A -o yaml). None: a small embedded scenario."
-)
-
-
-@app.command()
 def simulate(
-    traces: Annotated[list[Path] | None, typer.Argument(help=TRACE_HELP, show_default=False)] = None,
-    nodes: Annotated[
-        Path | None, typer.Option(help="openb node list (default: the GPU node list beside the pod list).")
-    ] = None,
-    policy: Annotated[
-        list[str] | None,
-        typer.Option("--policy", "-p", help="Policy, repeatable or comma separated (default: the paper's six)."),
-    ] = None,
-    seeds: Annotated[str, typer.Option(help="Seeds: 42, 42,43 or 42-51.")] = DEFAULT_SEEDS,
-    inflate: Annotated[
-        float | None,
-        typer.Option(
-            help="Grow the workload to this x GPU capacity (arrivals default: the input's own, "
-            "1.3 for openb; timed: only when given; 0: as given)."
-        ),
-    ] = None,
-    compress: Annotated[
-        float,
-        typer.Option(help="Timed: divide creation times by this factor, durations kept (the load rises)."),
-    ] = 1.0,
-    replay: Annotated[
-        str | None,
-        typer.Option(
-            help="arrivals (FGD protocol) or timed (creation and deletion "
-            "times, departures free shares). Default: the input's own."
-        ),
-    ] = None,
-    shuffle: Annotated[
-        bool | None,
-        typer.Option(
-            "--shuffle/--no-shuffle", help="Arrivals: seeded shuffle (default: the input's own).", show_default=False
-        ),
-    ] = None,
-    workers: Annotated[int | None, typer.Option(help="Processes (default: all cores).")] = None,
-    out: Annotated[Path | None, typer.Option(help="Write summary.csv, curves.csv and PNG plots here.")] = None,
-    reference: Annotated[
-        Path | None, typer.Option(help="The paper's curves (fgd_expected_results) to compare and overlay.")
-    ] = None,
-    with_bound: Annotated[
-        bool,
-        typer.Option("--bound/--no-bound", help="Also compute the LP upper bound per (trace, seed) (arrivals only)."),
-    ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    traces: Sequence[Path],
+    nodes: Path | None,
+    policy: Sequence[str] | None,
+    seeds: str,
+    inflate: float | None = None,
+    replay: str | None = None,
+    shuffle: bool | None = None,
+    workers: int | None = None,
+    out: Path | None = None,
+    reference: Path | None = None,
+    with_bound: bool = False,
+    quiet: bool = False,
+    compress: float = 1.0,
 ) -> None:
-    """Replay traces or scenarios through the packing core and compare policies."""
+    """``gpuslice simulate``: replay ``traces`` (none: the embedded scenario) through the packing
+    core, print the comparison and write it to ``out``. :class:`UsageError` for a rejected option.
+
+    The caller has checked the numbers and ``out`` (the composition root does, from the
+    command line's text); this checks what needs the simulator: seeds, policies, replay
+    modes, and which inputs an option applies to.
+    """
     console = _console()
-    try:
-        seed_list = parse_seeds(seeds)
-        policies = parse_policies(policy)
-        if replay is not None and replay not in REPLAY_MODES:
-            raise ValueError(f"--replay {replay!r}: accepted: {', '.join(REPLAY_MODES)}")
-        if workers is not None and workers < 1:
-            raise ValueError(f"--workers {workers}: accepted: 1 or more")
-        if inflate is not None and inflate < 0:
-            raise ValueError(f"--inflate {inflate}: accepted: 0 (as given) or a positive ratio such as 1.3")
-        if not compress > 0:
-            raise ValueError(f"--compress {compress}: accepted: a positive factor (1: times as recorded)")
-        loaded = load_traces(traces, nodes)
-        ref: Reference | None = load_reference(reference) if reference is not None else None
-    except (GpusliceError, ValueError) as exc:
-        raise _fail(str(exc)) from None
+    seed_list = parse_seeds(seeds)
+    policies = parse_policies(policy)
+    if replay is not None and replay not in REPLAY_MODES:
+        raise UsageError(f"--replay {replay!r}: accepted: {', '.join(REPLAY_MODES)}")
+    loaded = load_traces(traces, nodes)
+    if with_bound and all((replay or t.replay) != ARRIVALS for t in loaded):
+        raise UsageError("--bound: the LP bound covers arrivals only, and every input here replays timed")
+    ref: Reference | None = load_reference(reference) if reference is not None else None
     specs = [
         RunSpec(t, p, s, replay, inflate, shuffle, compress=compress)
         for t in loaded
         for p in policies
         for s in seed_list
     ]
-    try:
-        results = run_all(specs, workers or default_workers(), Console(stderr=True), show_progress=not quiet)
-    except GpusliceError as exc:
-        raise _fail(str(exc)) from None
+    results = run_all(specs, workers or default_workers(), Console(stderr=True), show_progress=not quiet)
     bounds: dict[tuple[str, int], float] = {}
     if with_bound:
         for t in loaded:
@@ -168,39 +127,32 @@ def simulate(
                 continue
             for s in seed_list:
                 bounds[(t.name, s)] = bound(t, s, 100, inflate, shuffle).bound_pct
-    report = Report(results, ref, bounds)
+    report = Report([RunRecord.of(r) for r in results], ref, bounds)
     report.print(console)
+    for note in report.notes():
+        console.print(f"note: {note}", highlight=False)
     if out is not None:
         for path in report.write(out):
             console.print(f"wrote {path}")
 
 
-@app.command("bound")
-def bound_command(
-    traces: Annotated[list[Path] | None, typer.Argument(help=TRACE_HELP, show_default=False)] = None,
-    nodes: Annotated[Path | None, typer.Option(help="openb node list.")] = None,
-    seeds: Annotated[str, typer.Option(help="Seeds: 42, 42,43 or 42-51.")] = DEFAULT_SEEDS,
-    inflate: Annotated[float | None, typer.Option(help="As for simulate.")] = None,
-    shuffle: Annotated[
-        bool | None, typer.Option("--shuffle/--no-shuffle", help="As for simulate.", show_default=False)
-    ] = None,
-    at: Annotated[int, typer.Option(help="Cut the arrivals at this arrived GPU % (the headline is 100).")] = 100,
-    out: Annotated[Path | None, typer.Option(help="Write bound.csv here.")] = None,
+def bound_table(
+    traces: Sequence[Path],
+    nodes: Path | None,
+    seeds: str,
+    inflate: float | None = None,
+    shuffle: bool | None = None,
+    at: int = 100,
+    out: Path | None = None,
 ) -> None:
-    """Upper bound on the GPU any placement could allocate to the same arrivals.
-
-    The run's own arrivals (same seed) up to ``--at`` % of GPU capacity; an LP relaxation over
-    (pod shape, node class) with per-node CPU/memory/pod constraints, shared GPUs as mixes of
-    per-GPU share patterns, exclusive and MIG GPUs by their slots, solved with HiGHS. See
-    scheduler/sim/bound.py.
-    """
+    """``gpuslice bound``: the LP upper bound per (trace, seed), printed and written to ``out``."""
     console = _console()
-    try:
-        seed_list = parse_seeds(seeds)
-        loaded = load_traces(traces, nodes)
-        results: list[Bound] = [bound(t, s, at, inflate, shuffle) for t in loaded for s in seed_list]
-    except (GpusliceError, ValueError, RuntimeError) as exc:
-        raise _fail(str(exc)) from None
+    seed_list = parse_seeds(seeds)
+    loaded = load_traces(traces, nodes)
+    timed = [t.name for t in loaded if t.replay != ARRIVALS]
+    if timed:
+        raise UsageError(f"{', '.join(timed)}: replays timed; the LP bound covers arrivals-only replays")
+    results: list[Bound] = [bound(t, s, at, inflate, shuffle) for t in loaded for s in seed_list]
     table = Table(title=f"Upper bound on allocated GPU at arrived = {at}% (LP relaxation, HiGHS)")
     for column in ("trace", "seed", "pods", "requested %", "bound %", "bound unallocated %"):
         table.add_column(column, justify="left" if column == "trace" else "right")
@@ -234,4 +186,51 @@ def bound_command(
         console.print(f"wrote {path}")
 
 
-__all__ = ["TraceError", "bound_command", "simulate"]
+def sweep(
+    file: Path,
+    data: Path | None = None,
+    out: Path | None = None,
+    reference: Path | None = None,
+    executor: str | None = None,
+    quiet: bool = False,
+) -> int:
+    """``gpuslice sweep``: the runs of ``file`` that ``out`` lacks, then the report from the
+    store. Returns how many runs failed (their errors are stored)."""
+    from .executors import parse_executor
+    from .sweep import load_sweep
+    from .sweeper import run_sweep
+
+    console = _console()
+    chosen = parse_executor(executor)  # before the file is read: a bad option costs nothing
+    described = load_sweep(file, data, out, reference)
+    if described.out is None:
+        raise UsageError(f"--out: {file.name} names no results folder (give --out DIR or an out: key)")
+    summary = run_sweep(described, chosen, described.out, Console(stderr=True), show_progress=not quiet)
+    _report(described.out, reference, console)
+    failed = len(summary.failed)
+    console.print(
+        f"sweep {described.name}: {summary.planned} runs, {summary.stored_before} were stored, {summary.ran} ran, "
+        f"{failed} failed" + (f" (their errors: {described.out / 'runs'}/<id>.json)" if failed else "")
+    )
+    return failed
+
+
+def report(out: Path, reference: Path | None = None) -> None:
+    """``gpuslice report``: the tables and plots of the runs stored in ``out``, run nothing."""
+    _report(out, reference, _console())
+
+
+def _report(out: Path, reference: Path | None, console: Console) -> None:
+    from .sweeper import stored_report
+
+    made, failed, notes = stored_report(out, reference)
+    made.print(console)
+    for path in made.write(out):
+        console.print(f"wrote {path}")
+    for note in notes:
+        console.print(f"note: {note}")
+    if failed:
+        console.print(f"note: {len(failed)} stored runs failed and are left out; their errors are in {out}/runs/")
+
+
+__all__ = ["TraceError", "bound_table", "report", "simulate", "sweep"]

@@ -1,15 +1,16 @@
 """One simulation run: a trace, a policy, a seed -> a record of every event.
 
-The loop hands each pod to the core (``Scoreboard.best``: fit, place, score, tie-break by
-node rank) and applies the winning allocation (``NodeState.apply``); it knows no policy
-by name. After every event it records the GPU requested so far (dropped pods included),
+The loop tells the policy of each pod once, on arrival (``observe``), hands it to the core
+(``Board.best``: fit, place, score, tie-break by node rank) and applies the winning
+allocation (``NodeState.apply``); it knows no policy by name: a policy gets the run's
+:class:`~scheduler.core.policies.base.Context` (seed, the trace's typical workload) and
+uses what it needs. After every event it records the GPU requested so far (dropped pods included),
 the GPU allocated, the fragmentation against the trace's typical workload and the idle
 GPU, all in milli-GPU.
 """
 
 from __future__ import annotations
 
-import inspect
 import random
 import time
 from collections.abc import Callable
@@ -18,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.core.capacity import allocated_milli, node_free_milli
+from scheduler.core.board import Board
+from scheduler.core.capacity import allocated_milli
 from scheduler.core.errors import RecordError
 from scheduler.core.fit import fit
 from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
-from scheduler.core.policies import REGISTRY, Policy, make_policy
+from scheduler.core.policies import Context, Policy, make_policy
 from scheduler.core.request import Demand, GpuKind
-from scheduler.core.select import Scoreboard
 from scheduler.core.state import NodeState
 
 from .model import ARRIVALS, REPLAY_MODES, TIMED, Trace, request_milli
@@ -49,24 +50,14 @@ class RunResult:
     wall_seconds: float
     placements: list[tuple[str, str | None]] = field(default_factory=list)  # (pod, node or None), arrivals only
     failed_by_kind: dict[str, int] = field(default_factory=dict)  # dropped pods per kind (share, 1-gpu, ...)
+    gpus_used: int = 0  # GPUs holding at least one share at the end
     gpu_hours: float = 0.0  # timed replays: allocated GPU integrated over time (0 when all events are at time 0)
 
 
 def build_policy(name: str, seed: int, workload: TypicalWorkload, options: dict[str, Any] | None = None) -> Policy:
-    """A registered policy, given the run's seed and typical workload if it takes them."""
-    factory = REGISTRY.get(name)
-    if factory is None:
-        raise ValueError(f"unknown policy {name!r}; accepted: {', '.join(sorted(REGISTRY))}")
-    kwargs = dict(options or {})
-    try:
-        params = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        params = {}  # type: ignore[assignment]
-    if "seed" in params:
-        kwargs.setdefault("seed", seed)
-    if "workload" in params:
-        kwargs.setdefault("workload", workload)
-    return make_policy(name, **kwargs)
+    """A registered policy with ``options``, given the run's context (its seed, and the
+    trace's typical workload, known in advance as the FGD paper's protocol has it)."""
+    return make_policy(name, options, Context(seed, workload))
 
 
 def initial_states(trace: Trace) -> list[NodeState]:
@@ -120,11 +111,11 @@ def simulate(
     policy = build_policy(policy_name, seed, workload, policy_options)
     sequence = make_events(trace, rng, replay, inflate, shuffle, compress)
     seeded_ranks = node_ranks(trace.nodes, rng)
-    board = Scoreboard(initial_states(trace), ranks if ranks is not None else seeded_ranks)
+    board = Board(initial_states(trace), ranks if ranks is not None else seeded_ranks)
     reference = trace.reference_memory_mib()
 
     node_frag = {s.node.name: measure.node_frag(s) for s in board.states}
-    node_idle = {s.node.name: node_free_milli(s) for s in board.states}
+    node_idle = {s.node.name: s.free_milli() for s in board.states}
     frag_total = sum(node_frag.values())
     idle_total = sum(node_idle.values())
     allocated_total = sum(allocated_milli(a) for s in board.states for _, a in s.pods)
@@ -147,7 +138,7 @@ def simulate(
     def refresh(state: NodeState) -> None:
         nonlocal frag_total, idle_total
         name = state.node.name
-        value, free = measure.node_frag(state), node_free_milli(state)
+        value, free = measure.node_frag(state), state.free_milli()
         frag_total += value - node_frag[name]
         idle_total += free - node_idle[name]
         node_frag[name], node_idle[name] = value, free
@@ -168,7 +159,9 @@ def simulate(
         else:
             demand = pod.demand
             arrived_total += request_milli(demand, reference)
-            policy.observe(demand)
+            observe = getattr(policy, "observe", None)
+            if observe is not None:
+                observe(demand)
             choice = board.best(policy, demand)
             if choice is None:
                 failed += 1
@@ -206,6 +199,7 @@ def simulate(
         time.perf_counter() - started,
         placements,
         failed_by_kind,
+        sum(1 for s in board.states for u in s.usage if u.shares),
         gpu_milli_seconds / 1000 / 3600,
     )
 

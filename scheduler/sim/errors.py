@@ -16,3 +16,7 @@ class TraceError(GpusliceError, ValueError):
         self.problem = problem
         location = f"{self.file} {where}" if where else self.file
         super().__init__(f"{location}: {problem}")
+
+
+class SolverError(GpusliceError):
+    """The LP solver behind ``gpuslice bound`` gave no solution; the message says why."""

@@ -20,12 +20,11 @@ import yaml
 from scheduler.core.allocation import decode_record
 from scheduler.core.errors import InventoryError, RecordError, RequestError
 from scheduler.core.k8s import parse_node
+from scheduler.core.pods import has_ended, node_of, record_of
 from scheduler.core.request import DEFAULT_PREFIX, parse_pod
 
 from .errors import TraceError
 from .model import ARRIVALS, BoundPod, SimPod, Trace
-
-FINISHED = ("Succeeded", "Failed")
 
 
 def is_kube_list(doc: object) -> bool:
@@ -56,15 +55,11 @@ def parse(doc: Mapping[str, Any], path: str | Path, prefix: str = DEFAULT_PREFIX
                 request = parse_pod(item, prefix)
             except RequestError as exc:
                 raise TraceError(path, f"{where} (Pod {name})", str(exc)) from None
-            spec = item.get("spec") if isinstance(item.get("spec"), Mapping) else {}
-            status = item.get("status") if isinstance(item.get("status"), Mapping) else {}
-            node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-            phase = status.get("phase") if isinstance(status, Mapping) else None
-            if phase in FINISHED:
+            if has_ended(item):
                 continue
+            node = node_of(item)
             if node:
-                annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-                record = annotations.get(prefix + "allocation") if isinstance(annotations, Mapping) else None
+                record = record_of(item, prefix)
                 alloc = None
                 if record is not None:
                     try:

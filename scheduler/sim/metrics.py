@@ -13,7 +13,7 @@ arrived = 100%.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -88,31 +88,75 @@ def curves(result: RunResult) -> Curves:
     return Curves(np.array(ks, dtype=np.int64), np.array(a), np.array(f), np.array(r))
 
 
-def summary_row(result: RunResult, curve: Curves | None = None) -> dict[str, object]:
-    curve = curve or curves(result)
-    allocated, _, rate = curve.at(HEADLINE)
-    final = float(result.allocated[-1]) / max(1, result.capacity_milli) * 100
+@dataclass(frozen=True)
+class RunRecord:
+    """What is kept of a run once it is over: its identity, its counts and its curves.
+
+    The per-event arrays of a :class:`RunResult` are dropped; every table, CSV and plot is made
+    from records, whether they come straight from runs (``simulate``) or from a sweep's store
+    (``report``), so both go through the same code.
+    """
+
+    trace: str
+    policy: str
+    seed: int
+    capacity_milli: int
+    allocated_final_milli: int
+    failed: int
+    placed: int
+    wall_seconds: float
+    curves: Curves
+    failed_by_kind: dict[str, int] = field(default_factory=dict)
+    cpu_seconds: float = math.nan  # the CPU time of the run's process during the run, when measured
+    gpu_hours: float = math.nan  # timed replays: allocated GPU integrated over time
+
+    @classmethod
+    def of(cls, result: RunResult, curve: Curves | None = None) -> RunRecord:
+        return cls(
+            result.trace,
+            result.policy,
+            result.seed,
+            result.capacity_milli,
+            int(result.allocated[-1]),
+            result.failed,
+            result.placed,
+            result.wall_seconds,
+            curve or curves(result),
+            dict(result.failed_by_kind),
+            gpu_hours=result.gpu_hours,
+        )
+
+
+def _record(run: RunResult | RunRecord) -> RunRecord:
+    return run if isinstance(run, RunRecord) else RunRecord.of(run)
+
+
+def summary_row(run: RunResult | RunRecord) -> dict[str, object]:
+    record = _record(run)
+    allocated, _, rate = record.curves.at(HEADLINE)
+    final = record.allocated_final_milli / max(1, record.capacity_milli) * 100
     return {
-        "trace": result.trace,
-        "policy": result.policy,
-        "seed": result.seed,
+        "trace": record.trace,
+        "policy": record.policy,
+        "seed": record.seed,
         "unallocated_gpu_pct_at_100": _fmt(100 - allocated),
         "allocated_gpu_pct_at_100": _fmt(allocated),
         "allocated_gpu_pct_final": _fmt(final),
-        "failed_pods": result.failed,
+        "failed_pods": record.failed,
         "frag_rate_pct_at_100": _fmt(rate),
-        "gpu_hours": _fmt(result.gpu_hours),
-        "wall_seconds": _fmt(result.wall_seconds),
+        "gpu_hours": _fmt(record.gpu_hours),
+        "wall_seconds": _fmt(record.wall_seconds),
     }
 
 
-def curve_rows(result: RunResult, curve: Curves | None = None) -> list[dict[str, object]]:
-    curve = curve or curves(result)
+def curve_rows(run: RunResult | RunRecord) -> list[dict[str, object]]:
+    record = _record(run)
+    curve = record.curves
     return [
         {
-            "trace": result.trace,
-            "policy": result.policy,
-            "seed": result.seed,
+            "trace": record.trace,
+            "policy": record.policy,
+            "seed": record.seed,
             "arrived_pct": int(k),
             "allocated_gpu_pct": _fmt(float(a)),
             "unallocated_gpu_pct": _fmt(100 - float(a)),

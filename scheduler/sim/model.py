@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from scheduler.core.allocation import Allocation
 from scheduler.core.inventory import Node
-from scheduler.core.request import MILLI, Demand, GpuKind
+from scheduler.core.request import MILLI, Demand
 
 # How a trace is replayed unless the command line says otherwise.
 ARRIVALS = "arrivals"  # the FGD protocol: seeded shuffle, inflation, pods never leave
@@ -115,24 +115,10 @@ class Trace:
 
 
 def request_milli(demand: Demand, reference_memory_mib: int = 0) -> int:
-    """GPU requested by a pod, in milli-GPU, independent of where it lands.
-
-    Whole GPUs count 1000 each, fractions their share, a compute share its compute, a
-    MIG profile its compute slices out of 7, and a memory-only request its memory as a
-    share of ``reference_memory_mib`` (the cluster's largest GPU).
-    """
-    gpu = demand.gpu
-    if gpu.kind is GpuKind.NONE:
-        return 0
-    if gpu.kind is GpuKind.WHOLE:
-        return MILLI * gpu.count
-    if gpu.kind is GpuKind.MIG:
-        assert gpu.profile is not None
-        return gpu.profile.compute_slices * MILLI // 7
-    per = gpu.fraction_milli or gpu.compute_milli
-    if not per and gpu.memory_mib and reference_memory_mib:
-        per = min(MILLI, -(-gpu.memory_mib * MILLI // reference_memory_mib))
-    return per * max(1, gpu.count)
+    """GPU requested by a pod, in milli-GPU, independent of where it lands
+    (:meth:`~scheduler.core.request.GpuRequest.total_milli`; ``reference_memory_mib`` is the
+    cluster's largest GPU, against which a memory-only request is read)."""
+    return demand.gpu.total_milli(reference_memory_mib)
 
 
 def total_request_milli(pods: Iterable[SimPod], reference_memory_mib: int = 0) -> int:

@@ -56,8 +56,8 @@ def inflate_pods(
 ) -> list[SimPod]:
     """``pods`` grown (or shrunk) to ``ratio`` x ``capacity_milli`` of GPU requests, as the authors do."""
     out = list(pods)
-    if ratio <= 0 or not original:
-        return out
+    if ratio <= 0 or not any(_per_gpu_milli(p, reference_memory_mib) for p in original):
+        return out  # nothing to grow from: a workload without GPU requests would be drawn from for ever
     total = sum(request_milli(p.demand, reference_memory_mib) for p in out)
     target = ratio * capacity_milli
     if total > target:

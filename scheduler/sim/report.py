@@ -1,4 +1,10 @@
-"""Writing a set of runs out: ``summary.csv``, ``curves.csv``, PNG plots and a terminal table."""
+"""Writing a set of runs out: ``summary.csv``, ``curves.csv``, ``table.md``, PNG plots and a
+terminal table.
+
+A :class:`Report` is made of :class:`~scheduler.sim.metrics.RunRecord` s, whether they come
+straight from runs (``gpuslice simulate``) or from a sweep's store (``gpuslice report``): one
+path for both, so a remade report is the report.
+"""
 
 from __future__ import annotations
 
@@ -6,22 +12,21 @@ import csv
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from .engine import RunResult
-from .metrics import CURVE_COLUMNS, HEADLINE, SUMMARY_COLUMNS, Curves, curve_rows, curves, summary_row
+from .metrics import CURVE_COLUMNS, HEADLINE, SUMMARY_COLUMNS, Curves, RunRecord, curve_rows, summary_row
 from .reference import Reference
 
 SUMMARY_FILE = "summary.csv"
 CURVES_FILE = "curves.csv"
+TABLE_FILE = "table.md"
 
 
-def write_csv(path: Path, columns: Sequence[str], rows: Sequence[dict[str, object]]) -> None:
+def write_csv(path: Path, columns: Sequence[str], rows: Sequence[Mapping[str, object]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(columns))
@@ -43,70 +48,96 @@ def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def group_rows(
+    rows: Sequence[Mapping[str, object]],
+    bounds: Mapping[tuple[str, str], float] | None = None,
+    reference: Reference | None = None,
+) -> list[dict[str, object]]:
+    """One row per (trace, policy) of summary rows: mean and sd over seeds, the paper's mean beside
+    it, the bound (``bounds``: (trace, seed as text) -> allocated GPU %) when known."""
+    bounds = bounds or {}
+    groups: dict[tuple[str, str], list[Mapping[str, object]]] = defaultdict(list)
+    for row in rows:
+        groups[(str(row["trace"]), str(row["policy"]))].append(row)
+    out = []
+    for (trace, policy), members in groups.items():
+        mean, sd = _mean_sd([_float(m["unallocated_gpu_pct_at_100"]) for m in members])
+        paper = reference.mean_unallocated(trace, policy, HEADLINE) if reference else math.nan
+        bound = [bounds[(trace, str(m["seed"]))] for m in members if (trace, str(m["seed"])) in bounds]
+        out.append(
+            {
+                "trace": trace,
+                "policy": policy,
+                "seeds": len(members),
+                "unallocated_mean": mean,
+                "unallocated_sd": sd,
+                "paper": paper,
+                "delta": mean - paper,
+                "bound_unallocated": 100 - statistics.fmean(bound) if bound else math.nan,
+                "frag_rate": _mean_sd([_float(m["frag_rate_pct_at_100"]) for m in members])[0],
+                "failed": statistics.fmean(_float(m["failed_pods"]) for m in members),
+                "gpu_hours": _mean_sd([_float(m.get("gpu_hours", "")) for m in members])[0],
+                "wall": statistics.fmean(_float(m["wall_seconds"]) for m in members),
+            }
+        )
+    return out
+
+
 class Report:
     """The figures of a set of runs, grouped by (trace, policy)."""
 
     def __init__(
         self,
-        results: Sequence[RunResult],
+        records: Sequence[RunRecord],
         reference: Reference | None = None,
         bounds: dict[tuple[str, int], float] | None = None,
     ) -> None:
-        self.results = list(results)
+        self.records = list(records)
+        self.preamble = ""  # a line on where the runs come from, for table.md
         self.reference = reference
         self.bounds = bounds or {}  # (trace, seed) -> upper bound on allocated GPU % at arrived = 100%
-        self.curves: list[Curves] = [curves(r) for r in self.results]
-        self.rows = [summary_row(r, c) for r, c in zip(self.results, self.curves, strict=True)]
+        self.curves: list[Curves] = [r.curves for r in self.records]
+        self.rows = [summary_row(r) for r in self.records]
 
     def groups(self) -> dict[tuple[str, str], list[int]]:
         out: dict[tuple[str, str], list[int]] = defaultdict(list)
-        for i, r in enumerate(self.results):
+        for i, r in enumerate(self.records):
             out[(r.trace, r.policy)].append(i)
         return dict(out)
 
     def write(self, out: Path) -> list[Path]:
+        """``summary.csv``, ``curves.csv``, ``table.md`` and the plots, into ``out``."""
+        from .plots import plot_overview, plot_traces
+
         out.mkdir(parents=True, exist_ok=True)
         write_csv(out / SUMMARY_FILE, SUMMARY_COLUMNS, self.rows)
-        rows = [row for r, c in zip(self.results, self.curves, strict=True) for row in curve_rows(r, c)]
-        write_csv(out / CURVES_FILE, CURVE_COLUMNS, rows)
-        written = [out / SUMMARY_FILE, out / CURVES_FILE]
-        written += self.plot(out)
+        write_csv(out / CURVES_FILE, CURVE_COLUMNS, [row for r in self.records for row in curve_rows(r)])
+        rows = self.table_rows()
+        (out / TABLE_FILE).write_text(
+            (f"{self.preamble}\n\n" if self.preamble else "")
+            + "Unallocated GPU % at arrived = 100%, mean over seeds, ours / the paper's:\n\n"
+            + pivot_table(rows)
+            + "\nPer (trace, policy), mean ± sd over seeds:\n\n"
+            + markdown_table(rows),
+            encoding="utf-8",
+        )
+        written = [out / SUMMARY_FILE, out / CURVES_FILE, out / TABLE_FILE]
+        written += plot_traces(self, out)
+        if self.records:
+            written.append(plot_overview(rows, out))
         return written
 
     # ------------------------------------------------------------ table
 
     def table_rows(self) -> list[dict[str, object]]:
         """One row per (trace, policy): mean and sd over seeds, the paper's mean beside it."""
-        rows = []
-        for (trace, policy), members in self.groups().items():
-            unalloc = [_float(self.rows[i]["unallocated_gpu_pct_at_100"]) for i in members]
-            rate = [_float(self.rows[i]["frag_rate_pct_at_100"]) for i in members]
-            mean, sd = _mean_sd(unalloc)
-            paper = self.reference.mean_unallocated(trace, policy, HEADLINE) if self.reference else math.nan
-            bound = [
-                self.bounds[(trace, self.results[i].seed)]
-                for i in members
-                if (trace, self.results[i].seed) in self.bounds
-            ]
-            rows.append(
-                {
-                    "trace": trace,
-                    "policy": policy,
-                    "seeds": len(members),
-                    "unallocated_mean": mean,
-                    "unallocated_sd": sd,
-                    "paper": paper,
-                    "delta": mean - paper,
-                    "bound_unallocated": 100 - statistics.fmean(bound) if bound else math.nan,
-                    "frag_rate": _mean_sd(rate)[0],
-                    "failed": statistics.fmean(self.results[i].failed for i in members),
-                    "gpu_hours": statistics.fmean(self.results[i].gpu_hours for i in members),
-                    "wall": statistics.fmean(self.results[i].wall_seconds for i in members),
-                }
-            )
-        return rows
+        bounds = {(trace, str(seed)): value for (trace, seed), value in self.bounds.items()}
+        return group_rows(self.rows, bounds, self.reference)
 
     def table(self) -> Table:
+        """The rich table; a GPU-hours column only when some run has them (timed replays)."""
+        rows = self.table_rows()
+        timed = any(_float(r["gpu_hours"]) > 0 for r in rows)
         table = Table(title="Unallocated GPU % at arrived = 100% (mean ± sd over seeds)")
         for column in (
             "trace",
@@ -121,8 +152,11 @@ class Report:
             "GPU-hours",
             "s/run",
         ):
+            if column == "GPU-hours" and not timed:
+                continue
             table.add_column(column, justify="left" if column in ("trace", "policy") else "right")
-        for row in self.table_rows():
+        for row in rows:
+            hours = [_cell(row["gpu_hours"], digits=0)] if timed else []
             table.add_row(
                 str(row["trace"]),
                 str(row["policy"]),
@@ -133,7 +167,7 @@ class Report:
                 _cell(row["bound_unallocated"]),
                 _cell(row["frag_rate"]),
                 _cell(row["failed"], digits=0),
-                _cell(row["gpu_hours"], digits=0),
+                *hours,
                 _cell(row["wall"], digits=1),
             )
         return table
@@ -141,75 +175,23 @@ class Report:
     def print(self, console: Console) -> None:
         console.print(self.table())
 
-    # ------------------------------------------------------------ plots
-
-    def plot(self, out: Path) -> list[Path]:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        written = []
-        traces = sorted({r.trace for r in self.results})
-        groups = self.groups()
-        for trace in traces:
-            policies = [p for (t, p) in groups if t == trace]
-            for kind, ylabel, pick in (
-                ("unallocated", "unallocated GPU (% of capacity)", lambda c: 100 - c.allocated_pct),
-                ("frag_rate", "fragmentation rate (% of idle GPU)", lambda c: c.frag_rate_pct),
-            ):
-                fig, ax = plt.subplots(figsize=(7.5, 4.5))
-                for n, policy in enumerate(policies):
-                    color = f"C{n % 10}"
-                    xs, median, low, high = _band([self.curves[i] for i in groups[(trace, policy)]], pick)
-                    if xs.size == 0:
-                        continue
-                    ax.plot(xs, median, color=color, label=f"{policy} (ours)")
-                    ax.fill_between(xs, low, high, color=color, alpha=0.2, linewidth=0)
-                    if self.reference is not None:
-                        ref = self._reference_band(trace, policy, kind)
-                        if ref is not None:
-                            ax.plot(ref[0], ref[1], color=color, linestyle="--", linewidth=1, label=f"{policy} (paper)")
-                ax.set_xlabel("arrived GPU request (% of capacity)")
-                ax.set_ylabel(ylabel)
-                ax.set_title(f"{trace}: median over seeds, band min-max", fontsize=10)
-                ax.grid(True, alpha=0.3)
-                if kind == "unallocated" and ax.get_xlim()[1] > 100:
-                    # the interesting part: where policies part ways, up to the end of the run
-                    ax.set_xlim(left=60)
-                    ax.set_ylim(bottom=0, top=min(45.0, ax.get_ylim()[1]))
-                ax.legend(fontsize=7, ncol=2)
-                path = out / f"{trace}_{kind}.png"
-                fig.tight_layout()
-                fig.savefig(path, dpi=110)
-                plt.close(fig)
-                written.append(path)
-        return written
-
-    def _reference_band(self, trace: str, policy: str, kind: str) -> tuple[np.ndarray, np.ndarray] | None:
-        assert self.reference is not None
-        source = self.reference.allocation if kind == "unallocated" else self.reference.frag_rate
-        seeds = source.get((trace, policy))
-        if not seeds:
-            return None
-        xs = sorted(set.intersection(*(set(c) for c in seeds)))
-        values = np.array([[c[x] for x in xs] for c in seeds])
-        median = np.median(values, axis=0)
-        return np.array(xs), (100 - median if kind == "unallocated" else median)
-
-
-def _band(members: Sequence[Curves], pick: object) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    assert callable(pick)
-    common = sorted(set.intersection(*(set(c.arrived_pct.tolist()) for c in members))) if members else []
-    if not common:
-        return np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0)
-    rows = []
-    for c in members:
-        values = pick(c)
-        lookup = dict(zip(c.arrived_pct.tolist(), values.tolist(), strict=True))
-        rows.append([lookup[x] for x in common])
-    data = np.array(rows)
-    return np.array(common), np.median(data, axis=0), data.min(axis=0), data.max(axis=0)
+    def notes(self) -> list[str]:
+        """Why a trace's row is empty, and what to pass: its pods ask for less GPU than the
+        cluster has, so arrivals never reach the point the table reads (a kubectl snapshot
+        with a few pending pods, typically)."""
+        out = []
+        for trace in dict.fromkeys(r.trace for r in self.records):
+            members = [c for r, c in zip(self.records, self.curves, strict=True) if r.trace == trace]
+            if not all(math.isnan(c.at(HEADLINE)[0]) for c in members):
+                continue
+            reached = max((int(c.arrived_pct.max()) for c in members if c.arrived_pct.size), default=0)
+            out.append(
+                f"{trace}: its pods ask for {reached}% of the cluster's GPU capacity, so arrivals never reach the "
+                f"{HEADLINE}% the table reads at ('–'). To compare policies on a full cluster, grow the workload "
+                "from these pods' shapes: --inflate 1.3 (with --replay arrivals for a timed input); or write "
+                f"the curves up to {reached}% with --out DIR (curves.csv)."
+            )
+        return out
 
 
 def _cell(value: object, sd: object = None, signed: bool = False, digits: int = 2) -> str:
@@ -249,27 +231,31 @@ def rows_from_files(
         with bounds.open(newline="", encoding="utf-8") as handle:
             for b in csv.DictReader(handle):
                 bound_by[(b["trace"], b["seed"])] = _float(b["bound_allocated_gpu_pct"])
-    groups: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
-    for row in rows:
-        groups[(row["trace"], row["policy"])].append(row)
-    out = []
-    for (trace, policy), members in groups.items():
-        mean, sd = _mean_sd([_float(m["unallocated_gpu_pct_at_100"]) for m in members])
-        paper = reference.mean_unallocated(trace, policy, HEADLINE) if reference else math.nan
-        bound = [bound_by[(trace, m["seed"])] for m in members if (trace, m["seed"]) in bound_by]
-        out.append(
-            {
-                "trace": trace,
-                "policy": policy,
-                "seeds": len(members),
-                "unallocated_mean": mean,
-                "unallocated_sd": sd,
-                "paper": paper,
-                "delta": mean - paper,
-                "bound_unallocated": 100 - statistics.fmean(bound) if bound else math.nan,
-                "frag_rate": _mean_sd([_float(m["frag_rate_pct_at_100"]) for m in members])[0],
-                "failed": statistics.fmean(_float(m["failed_pods"]) for m in members),
-                "wall": statistics.fmean(_float(m["wall_seconds"]) for m in members),
-            }
-        )
-    return out
+    return group_rows(rows, bound_by, reference)
+
+
+def pivot_table(
+    rows: Sequence[Mapping[str, object]],
+    limits: Mapping[str, float] | None = None,
+    policies: Sequence[str] | None = None,
+) -> str:
+    """Markdown, one line per trace: per policy (``policies``, default: as they come), ours (mean
+    over seeds) / the paper's; with ``limits`` (policy -> pp), a mark where the difference is
+    outside the check."""
+    by = {(str(r["trace"]), str(r["policy"])): r for r in rows}
+    policies = list(policies or dict.fromkeys(p for _, p in by))
+    traces = sorted({t for t, _ in by}, key=lambda t: (t != "default", t))
+    lines = ["| trace | " + " | ".join(policies) + " |", "|---|" + "---:|" * len(policies)]
+    for trace in traces:
+        cells = []
+        for policy in policies:
+            row = by.get((trace, policy))
+            if row is None:
+                cells.append("–")
+                continue
+            ours, paper, delta = (_float(row[k]) for k in ("unallocated_mean", "paper", "delta"))
+            limit = (limits or {}).get(policy, math.inf)
+            mark = "" if math.isnan(delta) or abs(delta) <= limit else " ✗"
+            cells.append(f"{ours:.2f}" if math.isnan(paper) else f"{ours:.2f} / {paper:.2f}{mark}")
+        lines.append(f"| {trace} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,6 +1,6 @@
 """Many runs (trace x policy x seed), spread over processes, one rich progress bar per run.
 
-Each run gets its own process (``max_tasks_per_child=1``): the core's memo tables start
+Each run gets its own process (``max_tasks_per_child=1``): the core's tables start
 empty, so a run's result depends only on (trace, policy, seed, options) and repeats
 exactly. Progress travels back through a managed queue.
 """

@@ -53,6 +53,7 @@ from scheduler.core.quantity import bytes_to_mib, cpu_milli, memory_mib
 from scheduler.core.request import DEFAULT_PREFIX, Demand, GpuRequest, parse_gpu_request
 
 from .errors import TraceError
+from .limits import MAX_INFLATE
 from .model import REPLAY_MODES, Duration, Generator, Shape, SimPod, Trace
 
 MODES = ", ".join(m.value for m in SharingMode)
@@ -114,10 +115,18 @@ class _Reader:
         if extra:
             raise self.fail(raw, f"{field}.{extra[0]}", f"unknown key (accepted: {', '.join(sorted(keys))})")
 
-    def number(self, raw: Mapping[str, Any], key: str, field: str, default: float, low: float = 0) -> float:
+    def number(
+        self, raw: Mapping[str, Any], key: str, field: str, default: float, low: float = 0, high: float = math.inf
+    ) -> float:
         value = raw.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < low:
-            raise self.fail(raw, f"{field}.{key}", f"{value!r} is not a number >= {low:g}")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or not low <= value <= high
+        ):
+            bounds = f">= {low:g}" if math.isinf(high) else f"from {low:g} to {high:g}"
+            raise self.fail(raw, f"{field}.{key}", f"{value!r} is not a number {bounds}")
         return float(value)
 
     def integer(self, raw: Mapping[str, Any], key: str, field: str, default: int, low: int = 0) -> int:
@@ -394,7 +403,7 @@ def parse(raw: object, path: str | Path, default_name: str | None = None) -> Tra
         nodes,
         pods,
         replay=replay,
-        inflate=reader.number(doc, "inflate", "scenario", 0.0),
+        inflate=reader.number(doc, "inflate", "scenario", 0.0, high=MAX_INFLATE),
         shuffle=shuffle,
         source=str(path),
         generators=generators,

@@ -12,6 +12,14 @@
   ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``. GPU
   containers are those with an ``nvidia.com/*`` GPU resource, or every container (init
   containers included) when the request is made by annotation, since that request is per pod;
+* with the node agent (``share_resource`` set, ``GPUSLICE_SHARE_RESOURCE`` in ``gpuslice serve``),
+  adds that resource (``gpuslice.io/share: "1"``) to the limits of each GPU container: the
+  kubelet then asks the agent's device plugin for it before the container starts, and the
+  agent's ``Allocate`` hands over exactly the devices of the pod's allocation record (CDI
+  names, MPS pipe and caps). The resource is not a GPU request: the extender's parser reads
+  ``nvidia.com/*`` only, and kube-scheduler only needs the node to advertise it (nodes
+  without the agent do not, so such pods go only to nodes with the agent). Without the
+  agent the downward-API environment below is all a container gets: the documented fallback;
 * removes the annotations only gpuslice writes (``allocation``, ``bind-phase``,
   ``visible-devices``, ``mps-*``...) from any new pod, so nobody claims a share the
   scheduler did not give.
@@ -82,8 +90,16 @@ class WebhookConfig:
     policies: frozenset[str] | None = None
     trusted_users: frozenset[str] = frozenset()
     trusted_groups: frozenset[str] = frozenset({"system:masters"})
+    share_resource: str = ""  # the node agent's resource, such as gpuslice.io/share ("": no agent)
 
     def __post_init__(self) -> None:
+        if self.share_resource and (
+            self.share_resource.count("/") != 1 or self.share_resource.startswith("nvidia.com/")
+        ):
+            raise ConfigError(
+                f"webhook.shareResource: {self.share_resource!r} must be the node agent's extended resource, "
+                "such as 'gpuslice.io/share' (not an nvidia.com/ resource)"
+            )
         if not self.prefix.endswith("/") or len(self.prefix) < 2 or " " in self.prefix:
             raise ConfigError(
                 f"webhook.prefix: {self.prefix!r} must be a DNS-style prefix ending in '/', such as {DEFAULT_PREFIX!r}"
@@ -103,6 +119,7 @@ class WebhookConfig:
         namespace, account = environ.get("GPUSLICE_NAMESPACE", ""), environ.get("GPUSLICE_SERVICE_ACCOUNT", "")
         users = frozenset({f"system:serviceaccount:{namespace}:{account}"}) if namespace and account else frozenset()
         return cls(
+            share_resource=environ.get("GPUSLICE_SHARE_RESOURCE", ""),
             prefix=prefix or environ.get("GPUSLICE_PREFIX") or DEFAULT_PREFIX,
             policies=frozenset(REGISTRY),
             trusted_users=users,
@@ -321,6 +338,25 @@ def _env_ops(
     return ops
 
 
+def _share_ops(section: str, index: int, container: Mapping[str, Any], resource: str) -> list[dict[str, Any]]:
+    """JSON Patch ops that set ``resource: "1"`` in the container's limits (and requests, if it
+    has that resource there: an extended resource's request must equal its limit)."""
+    resources = container.get("resources")
+    base = ("spec", section, index, "resources")
+    if not isinstance(resources, Mapping):
+        return [{"op": "add", "path": pointer(*base), "value": {"limits": {resource: "1"}}}]
+    ops: list[dict[str, Any]] = []
+    for part in ("limits", "requests"):
+        values = resources.get(part)
+        if part == "requests" and not (isinstance(values, Mapping) and resource in values):
+            continue
+        if not isinstance(values, Mapping):
+            ops.append({"op": "add", "path": pointer(*base, part), "value": {resource: "1"}})
+        elif values.get(resource) != "1":
+            ops.append({"op": "add", "path": pointer(*base, part, resource), "value": "1"})
+    return ops
+
+
 def _parse_pod(pod: Mapping[str, Any], config: WebhookConfig) -> GpuRequest:
     """The pod's GPU request (the core's one parser); raises RequestError."""
     return parse_pod(pod, config.prefix, config.policies).demand.gpu
@@ -362,6 +398,8 @@ def _mutate_pod(req: _Request, config: WebhookConfig) -> _Decision:
     wanted = wanted_env(gpu, config.prefix)
     for section, index, container in gpu_containers(pod):
         decision.patch.extend(_env_ops(section, index, container, wanted))
+        if config.share_resource:
+            decision.patch.extend(_share_ops(section, index, container, config.share_resource))
     return decision
 
 

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 from functools import cache
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from .review import Reply, WebhookConfig, internal_error, malformed, mutate, validate
@@ -83,3 +83,9 @@ async def mutate_pod(request: Request) -> JSONResponse:
 async def validate_pod(request: Request) -> JSONResponse:
     """Validating admission for pods: request annotations, and output annotations kept to gpuslice."""
     return await _answer(request, validate)
+
+
+def mount(app: FastAPI, config: WebhookConfig) -> None:
+    """Serve ``/mutate`` and ``/validate`` on ``app`` with ``config``."""
+    app.state.webhook_config = config
+    app.include_router(router)

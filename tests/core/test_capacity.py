@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from scheduler.core import Allocation, Demand, DeviceShare, GpuKind, GpuRequest, NodeState, RecordError, fit
+from scheduler.core.allocation import Allocation, DeviceShare
 from scheduler.core.capacity import free_milli
+from scheduler.core.errors import RecordError
+from scheduler.core.fit import fit
+from scheduler.core.inventory import SharingMode
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.state import NodeState
 from tests.builders import make_state
 
 
@@ -30,9 +37,17 @@ def fill(state: NodeState, demand: Demand, times: int) -> NodeState:
 def test_exclusive_gives_whole_devices_only_once() -> None:
     state = fill(make_state(gpus=2), whole(), 2)
     assert not fit(whole(), state)
-    # a share request on an exclusive GPU takes the whole GPU (81920 MiB, 1000 milli)
+    # part of a GPU never takes an exclusive one: it would waste the other three quarters
     state = make_state(gpus=1)
-    got = fit(share(milli=250), state).allocations[0].shares[0]
+    assert fit(share(milli=250), state).reason == (
+        "GPU 0 is exclusive: part of a GPU needs a shared GPU, or sharing listing exclusive"
+    )
+    # unless the pod accepts a whole GPU: then it gets all of it (81920 MiB, 1000 milli)
+    accepting = Demand(0, 0, replace(share(milli=250).gpu, sharing=frozenset({SharingMode.EXCLUSIVE, SharingMode.MPS})))
+    got = fit(accepting, state).allocations[0].shares[0]
+    assert (got.memory_mib, got.compute_milli) == (81920, 1000)
+    # a share of the whole GPU wastes nothing: served as asked
+    got = fit(share(milli=1000), state).allocations[0].shares[0]
     assert (got.memory_mib, got.compute_milli) == (81920, 1000)
 
 
@@ -123,7 +138,7 @@ def test_free_milli_per_mode(mode: str, options: dict[str, int], used: list[tupl
     device = state.node.devices[0]
     for k, (memory, compute) in enumerate(used):
         state = state.apply(f"p{k}", Allocation("n1", (DeviceShare(device.uuid, 0, device.mode, memory, compute),)))
-    assert free_milli(device, state.usage[0]) == expected
+    assert free_milli(state.node, device, state.usage[0]) == expected
 
 
 def test_apply_refuses_over_capacity_records_and_release_restores() -> None:
@@ -131,7 +146,8 @@ def test_apply_refuses_over_capacity_records_and_release_restores() -> None:
     device = state.node.devices[0]
     big = Allocation("n1", (DeviceShare(device.uuid, 0, device.mode, 50_000, 600),))
     after = state.apply("a", big)
-    with pytest.raises(RecordError, match="pod b: conflicts on node n1: needs 60% compute on one GPU, free 40%"):
+    message = "pod b: conflicts on node n1: needs 60 percent compute on one GPU, free 40 percent"
+    with pytest.raises(RecordError, match=message):
         after.apply("b", big)
     with pytest.raises(RecordError, match="already has an allocation"):
         after.apply("a", big)

@@ -6,13 +6,21 @@ import math
 
 import pytest
 
-from scheduler.core import Demand, GpuKind, GpuRequest, NodeState, TypicalWorkload, make_policy, rank
-from scheduler.core.fragmentation import OnlineWorkload
-from scheduler.core.policies.fgdcpu import FgdCpu, gpu_per_cpu
-from tests.builders import make_state
+from scheduler.core.fragmentation import OnlineWorkload, Shape, TypicalWorkload, workload_of
+from scheduler.core.policies.fgdcpu import FgdCpu, FgdCpuOptions, gpu_per_cpu
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.select import rank
+from scheduler.core.state import NodeState
+from tests.builders import make_policy_for, make_state
 
 WHOLE_12_CORES = Demand(12_000, 0, GpuRequest(GpuKind.WHOLE, 1))
-PINNED = TypicalWorkload(((WHOLE_12_CORES, 1.0),))
+PINNED_SHAPES = (Shape(1.0, cpu=12, gpu_count="1"),)
+PINNED = workload_of(PINNED_SHAPES)
+
+
+def pinned() -> FgdCpu:
+    """fgd-cpu scoring against the pinned workload, learning nothing."""
+    return FgdCpu(FgdCpuOptions(PINNED_SHAPES, learn=False))
 
 
 def nodes() -> list[NodeState]:
@@ -25,6 +33,7 @@ def nodes() -> list[NodeState]:
 
 def test_ratio_of_the_typical_workload() -> None:
     # one whole GPU (1000 milli) per 12 cores (12000 milli) -> 1/12
+    assert TypicalWorkload(((WHOLE_12_CORES, 1.0),)) == PINNED
     assert gpu_per_cpu(PINNED) == pytest.approx(1 / 12)
 
 
@@ -34,13 +43,13 @@ def test_cpu_only_pod_goes_where_it_strands_no_gpu() -> None:
     #   score = 50 + 50 tanh(-5333.3 / 2000) = 50 - 49.52 = 0.48, rounded to 0.
     # rich: S = max(0, 2000 - 104000/12) = 0 before and after (88000/12 = 7333 > 2000) -> score 50.
     cpu_only = Demand(16_000, 0)
-    ranking = rank(FgdCpu(PINNED, learn=False), cpu_only, nodes())
+    ranking = rank(pinned(), cpu_only, nodes())
     scores = {p.node: p.score for p in ranking.placements}
     assert scores["rich"] == pytest.approx(50.0)
     assert scores["poor"] == 0.0
     assert ranking.placements[0].node == "rich"
     # FGD sees no fragmentation on either (one typical pod still fits both): a tie, left to node order
-    fgd = {p.node: p.score for p in rank(make_policy("fgd", workload=PINNED), cpu_only, nodes()).placements}
+    fgd = {p.node: p.score for p in rank(make_policy_for("fgd", workload=PINNED), cpu_only, nodes()).placements}
     assert fgd["poor"] == fgd["rich"]
 
 
@@ -49,10 +58,10 @@ def test_cpu_heavy_gpu_pod_goes_to_the_cpu_rich_node() -> None:
     #   F = 0 (the typical pod still fits) -> C rises by 4 x 666.7 = 2666.7 -> score below 50.
     # rich: after, 1000 and 84000: S = max(0, 1000 - 7000) = 0, F = 0 -> score 50.
     heavy = Demand(20_000, 0, GpuRequest(GpuKind.WHOLE, 1))
-    assert rank(FgdCpu(PINNED, learn=False), heavy, nodes()).placements[0].node == "rich"
+    assert rank(pinned(), heavy, nodes()).placements[0].node == "rich"
     # One GPU and 2 cores strands nothing anywhere: poor after, 94000/12 = 7833 >= 7000 -> S = 0: both 50.
     light = Demand(2_000, 0, GpuRequest(GpuKind.WHOLE, 1))
-    scores = {p.node: p.score for p in rank(FgdCpu(PINNED, learn=False), light, nodes()).placements}
+    scores = {p.node: p.score for p in rank(pinned(), light, nodes()).placements}
     assert scores == {"poor": pytest.approx(50.0), "rich": pytest.approx(50.0)}
 
 
@@ -79,7 +88,7 @@ def test_placements_within_half_a_point_tie() -> None:
     #   -> C rises by 4 x 4 = 16 -> 50 + 50 tanh(-16 / 2000) = 49.6 -> 50.
     # roomy: 4 GPUs, 60 cores: S = 0 before and after -> 50. A tie (continuous scores: 49.6 against 50).
     # A 240 milli-CPU pod: lean S = 4000 - 35760/12 = 1020 -> C + 80 -> 48.0 -> 48; roomy 50.
-    policy = FgdCpu(PINNED, learn=False)
+    policy = pinned()
     lean = make_state(name="lean", gpus=4, mode="mps", cpu_milli=36_000)
     roomy = make_state(name="roomy", gpus=4, mode="mps", cpu_milli=60_000)
     tiny = {p.node: p.score for p in rank(policy, Demand(48, 0), [lean, roomy]).placements}
@@ -89,7 +98,7 @@ def test_placements_within_half_a_point_tie() -> None:
 
 
 def test_workload_is_learned_online_and_bumps_the_version() -> None:
-    policy = FgdCpu()
+    policy = FgdCpu(FgdCpuOptions())
     assert policy.version == 0
     for _ in range(3):
         policy.observe(WHOLE_12_CORES)
@@ -122,7 +131,7 @@ def test_online_workload_refuses_a_schedule_that_never_moves(first: int, growth:
 
 def test_simulator_does_not_hand_fgd_cpu_the_whole_trace_workload() -> None:
     # FGD is given the trace's typical pods (the paper's protocol); fgd-cpu must learn its own.
-    from scheduler.core import DEFAULT_WORKLOAD
+    from scheduler.core.fragmentation import DEFAULT_WORKLOAD
     from scheduler.sim.engine import build_policy
 
     trace_wide = TypicalWorkload(((Demand(4_000, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=470)), 1.0),))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from scheduler.core import Demand, GpuKind, GpuRequest, Node, NodeState, SharingMode, fit
+from scheduler.core.fit import fit
+from scheduler.core.inventory import Node, SharingMode
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.state import NodeState
 from tests.builders import make_device, make_state
 
 

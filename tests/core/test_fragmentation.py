@@ -7,12 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.core import CATALOG, Demand, Fragmentation, GpuKind, GpuRequest, NodeState, TypicalWorkload, fit
-from scheduler.core.catalog import ProfileSpec, canonical_model_name, lookup_model
+from scheduler.core.catalog import CATALOG, ProfileSpec, canonical_model_name, lookup_model
+from scheduler.core.fit import fit
+from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
 from scheduler.core.inventory import Device, Node, SharingMode
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.state import NodeState
+from scheduler.sim.datasets import openb_dir
 from tests.builders import make_state
 
-OPENB = Path(__file__).resolve().parents[3] / "shared" / "data" / "openb"
+OPENB = openb_dir(Path(__file__).resolve().parents[2])
 
 
 def share(milli: int, cpu: int = 0) -> Demand:
@@ -84,7 +88,7 @@ def test_typical_workload_from_demands_covers_95_percent() -> None:
     ]
 
 
-@pytest.mark.skipif(not OPENB.is_dir(), reason="the openb trace (../shared/data/openb) is not present")
+@pytest.mark.skipif(not OPENB.is_dir(), reason=f"the openb trace is not at {OPENB} (see the README)")
 def test_openb_default_empty_cluster_frag_rate_is_13_9_percent() -> None:
     nodes = []
     with (OPENB / "openb_node_list_gpu_node.csv").open() as f:
@@ -109,7 +113,7 @@ def test_openb_default_empty_cluster_frag_rate_is_13_9_percent() -> None:
             )
             demands.append(Demand(int(row["cpu_milli"]), int(row["memory_mib"]), gpu))
     workload = TypicalWorkload.from_demands(demands)
-    assert len(workload.shapes) == 35  # PACKING-BENCHMARK.md: 35 shapes cover 95.26% of pods
+    assert len(workload.shapes) == 35  # the FGD paper: 35 shapes cover 95.26% of the default trace's pods
     frag = Fragmentation(workload)
     fragmented = sum(frag.node_frag(NodeState.empty(n)) for n in nodes)
     idle = 1000 * sum(len(n.devices) for n in nodes)

@@ -1,4 +1,4 @@
-"""The cluster gap histogram (Scoreboard.gaps) and fgd-cpu's gap balance term. Cases by hand."""
+"""The cluster gap histogram (Board.gaps) and fgd-cpu's gap balance term. Cases by hand."""
 
 from __future__ import annotations
 
@@ -7,14 +7,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.core import Demand, GpuKind, GpuRequest, NodeState, TypicalWorkload, fit, rank
-from scheduler.core.capacity import GAP_LEVELS, gap_levels
-from scheduler.core.policies.fgdcpu import FgdCpu
-from scheduler.core.select import Scoreboard
+from scheduler.core.board import Board
+from scheduler.core.capacity import GAP_LEVELS
+from scheduler.core.fit import fit
+from scheduler.core.fragmentation import Shape
+from scheduler.core.policies.fgdcpu import FgdCpu, FgdCpuOptions
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.select import Gaps, rank, score_node
+from scheduler.core.state import NodeState
 from tests.builders import make_state
 
 WHOLE = Demand(0, 0, GpuRequest(GpuKind.WHOLE, 1))
-ONLY_WHOLE = TypicalWorkload(((WHOLE, 1.0),))
+ONLY_WHOLE = (Shape(1.0, gpu_count="1"),)
+
+
+def pinned(balance_weight: float = 75.0) -> FgdCpu:
+    """fgd-cpu scoring against whole GPUs only, learning nothing."""
+    return FgdCpu(FgdCpuOptions(ONLY_WHOLE, balance_weight=balance_weight, learn=False))
 
 
 def share(milli: int) -> Demand:
@@ -36,18 +45,18 @@ def test_adjust_subtracts_the_rise_in_squared_gap_counts() -> None:
     # node 1:  53 -> 6:  rise = 0 - (2 * 3 - 1) = -5      -> 50 + 5 = 55 (level 6 is dead)
     # node 2: whole GPUs (no move)                          -> 50
     # node 3: does not fit                                  -> -inf
-    policy = FgdCpu(ONLY_WHOLE, learn=False, balance_weight=7.0)
+    policy = pinned(balance_weight=7.0)
     policy.observe(share(470))
     gaps = np.zeros(GAP_LEVELS + 1, dtype=np.int64)
     gaps[53], gaps[100] = 3, 4
-    moves = np.array([[100, 53, -1, -1], [53, 6, -1, -1]])
+    cluster = Gaps(gaps, np.array([[100, 53, -1, -1], [53, 6, -1, -1]]))
     scores = np.array([50.0, 50.0, 50.0, -np.inf])
-    out = policy.adjust(share(470), scores, moves, gaps)
+    out = policy.adjust(share(470), scores, cluster)
     assert out.tolist() == [43.0, 55.0, 50.0, -np.inf]
     # whole-GPU pods and a zero weight leave the scores alone
-    assert policy.adjust(WHOLE, scores, moves, gaps).tolist() == scores.tolist()
-    off = FgdCpu(ONLY_WHOLE, learn=False, balance_weight=0.0)
-    assert off.adjust(share(470), scores, moves, gaps).tolist() == scores.tolist()
+    assert policy.adjust(WHOLE, scores, cluster).tolist() == scores.tolist()
+    off = pinned(balance_weight=0.0)
+    assert off.adjust(share(470), scores, cluster).tolist() == scores.tolist()
 
 
 def test_small_share_goes_to_the_common_hole() -> None:
@@ -61,13 +70,13 @@ def test_small_share_goes_to_the_common_hole() -> None:
     states = [holding("half", 470)] + [holding(f"big-{k}", 810) for k in range(3)]
     order = {s.node.name: i for i, s in enumerate(states)}
     pod = share(160)
-    plain = FgdCpu(ONLY_WHOLE, learn=False, balance_weight=0.0)
+    plain = pinned(balance_weight=0.0)
     plain.observe(pod)
-    placed = Scoreboard(states, order).best(plain, pod)
+    placed = Board(states, order).best(plain, pod)
     assert placed is not None and placed.node == "half"
-    balanced = FgdCpu(ONLY_WHOLE, learn=False)
+    balanced = pinned()
     balanced.observe(pod)
-    placed = Scoreboard(states, order).best(balanced, pod)
+    placed = Board(states, order).best(balanced, pod)
     assert placed is not None and placed.node == "big-0"
 
 
@@ -79,7 +88,7 @@ def test_holes_are_counted_by_the_largest_share_seen_that_fits() -> None:
     #   on an idle GPU:   100 -> 68, none -> 47:     rise = 2 * 1 + 1 = 3                 -> 47
     # By exact levels (N[21] = 0, N[68] = 0) the 530 hole would win: 1 - 1 = 0 against 1. The
     # 0.21 hole it leaves waits for the same pods of at most 0.16 GPU as the three 0.19 holes.
-    policy = FgdCpu(ONLY_WHOLE, learn=False, balance_weight=8.0)
+    policy = pinned(balance_weight=8.0)
     for milli in (160, 320, 470):
         policy.observe(share(milli))
     classes = policy.gap_classes()
@@ -87,45 +96,40 @@ def test_holes_are_counted_by_the_largest_share_seen_that_fits() -> None:
     assert classes[47] == classes[99] == 47 and classes[100] == -1 and classes[-1] == -1
     gaps = np.zeros(GAP_LEVELS + 1, dtype=np.int64)
     gaps[19], gaps[53], gaps[100] = 3, 1, 4
-    moves = np.array([[53, 100], [21, 68]])
-    out = policy.adjust(share(320), np.array([50.0, 50.0]), moves, gaps)
+    out = policy.adjust(share(320), np.array([50.0, 50.0]), Gaps(gaps, np.array([[53, 100], [21, 68]])))
     assert out.tolist() == [44.0, 47.0]
     # a move within one class (53 -> 48, both 47) does not change the sum of squares
-    assert policy.adjust(share(50), np.array([50.0]), np.array([[53], [48]]), gaps).tolist() == [50.0]
+    assert policy.adjust(share(50), np.array([50.0]), Gaps(gaps, np.array([[53], [48]]))).tolist() == [50.0]
 
 
 def histogram(states: list[NodeState]) -> list[int]:
-    return np.bincount([lv for s in states for lv in gap_levels(s)], minlength=GAP_LEVELS + 1).tolist()
+    return np.bincount([lv for s in states for lv in s.gap_levels()], minlength=GAP_LEVELS + 1).tolist()
 
 
 def test_rankings_apply_the_balance_like_best() -> None:
-    # The case above: the balance turns the local tie towards "big-0"; every ranking agrees with best.
+    # The case above: the balance turns the local tie towards "big-0"; the plain ranking agrees
+    # with the board's scores, and so does a board asked about a subset of the nodes.
     states = [holding("half", 470)] + [holding(f"big-{k}", 810) for k in range(3)]
     order = {s.node.name: i for i, s in enumerate(states)}
     pod = share(160)
-    policy = FgdCpu(ONLY_WHOLE, learn=False)
+    policy = pinned()
     policy.observe(pod)
-    board = Scoreboard(states, order)
+    board = Board(states, order)
     expected = dict(zip(order, board.scores(policy, pod).tolist(), strict=True))
-    for ranking in (
-        board.rank(policy, pod),
-        rank(policy, pod, states, order),
-        board.rank(policy, pod, ["half", "big-2"]),
-    ):
-        assert ranking.placements[0].node in ("big-0", "big-2")
-        assert {p.node: p.score for p in ranking.placements} == pytest.approx(
-            {p.node: expected[p.node] for p in ranking.placements}
-        )
-    assert board.rank(policy, pod).placements[0].node == "big-0"
-    # a subset is ranked against the whole cluster's holes, not its own: big-2 still wins over half
-    assert board.rank(policy, pod, ["half", "big-2"]).placements[0].node == "big-2"
+    ranking = rank(policy, pod, states, order)
+    assert ranking.placements[0].node == "big-0"
+    assert {p.node: p.score for p in ranking.placements} == pytest.approx(expected)
+    # a subset is scored against the whole cluster's holes, not its own: big-2 still beats half
+    subset = board.scores(policy, pod, board.positions(["half", "big-2"]))
+    assert subset.tolist() == pytest.approx([expected["half"], expected["big-2"]])
+    assert subset[1] > subset[0]
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([100, 160, 320, 470, 810, 1000])), max_size=25))
 def test_gap_histogram_follows_every_change(steps: list[tuple[int, int]]) -> None:
     states = [make_state(name=f"n{i}", gpus=2, mode="mps") for i in range(4)]
-    board = Scoreboard(states)
+    board = Board(states)
     for k, (i, milli) in enumerate(steps):
         state = board.states[i]
         demand = WHOLE if milli == 1000 else share(milli)
@@ -141,12 +145,16 @@ def test_gap_histogram_follows_every_change(steps: list[tuple[int, int]]) -> Non
 @pytest.mark.parametrize("weight", [0.0, 125.0])
 def test_board_scores_are_the_adjusted_local_scores(weight: float) -> None:
     states = [holding("a", 470), holding("b", 160), holding("c"), holding("d", 320, 320)]
-    policy = FgdCpu(ONLY_WHOLE, learn=False, balance_weight=weight)
+    policy = pinned(balance_weight=weight)
     pod = share(230)
     policy.observe(pod)
-    board = Scoreboard(states)
-    local = np.array([policy.place(pod, s, fit(pod, s).allocations)[0] for s in states])
-    before = [gap_levels(s)[0] for s in states]
+    board = Board(states)
+    local = []
+    for state in states:
+        scored = score_node(policy, pod, state)
+        assert not isinstance(scored, str)
+        local.append(scored.score)
+    before = [s.gap_levels()[0] for s in states]
     after = [lv - 23 for lv in before]
-    expected = policy.adjust(pod, local, np.array([before, after]), board.gaps)
+    expected = policy.adjust(pod, np.array(local), Gaps(board.gaps, np.array([before, after])))
     assert board.scores(policy, pod) == pytest.approx(expected)

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.core import InventoryError, SharingMode
+from scheduler.core.errors import InventoryError
+from scheduler.core.inventory import SharingMode
 from scheduler.core.k8s import parse_node
 
 
@@ -140,3 +141,140 @@ def test_malformed_inventory_names_the_node_and_field(raw: dict[str, Any], fragm
     with pytest.raises(InventoryError, match=None) as caught:
         parse_node(raw)
     assert fragment in str(caught.value)
+
+
+def inventory(devices: list[dict[str, Any]], **node_keys: Any) -> dict[str, Any]:
+    return node(annotations={"gpuslice.io/inventory": json.dumps({"devices": devices, **node_keys})})
+
+
+H100 = {"uuid": "GPU-a", "index": 0, "model": "H100-80GB"}
+DEVICE_KEYS_TEXT = (
+    "accepted keys: uuid, index, model, memoryMiB, smCount, mode, migInstances, migProfiles, mpsClientLimit, "
+    "replicas, nvlinkPeers, healthy, unhealthyReason, migTaken, migManaged, strayMemoryMiB"
+)
+
+
+# An inventory is never served with defaults guessed around a mistake: each of these is an error
+# naming the node, the device, the key and what is accepted.
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (
+            inventory([{**H100, "mdoe": "mps"}]),
+            f"node gpu-1: inventory device 0: unknown key 'mdoe' (did you mean 'mode'?); {DEVICE_KEYS_TEXT}",
+        ),
+        (
+            inventory([{**H100, "nvlink": [1]}]),
+            f"node gpu-1: inventory device 0: unknown key 'nvlink' (did you mean 'nvlinkPeers'?); {DEVICE_KEYS_TEXT}",
+        ),
+        (
+            inventory([H100], mpsOversubscriptionPct=150),
+            "node gpu-1: inventory: unknown key 'mpsOversubscriptionPct' (did you mean "
+            "'mpsComputeOversubscriptionPct'?); accepted keys: devices, mpsComputeOversubscriptionPct, "
+            "timeSlicingMemoryOversubscriptionPct",
+        ),
+        (
+            inventory([{**H100, "mode": "mig", "migInstances": [{"profile": "3g.40gb", "start": 4, "uid": "x"}]}]),
+            "node gpu-1: inventory device 0: migInstances[0]: unknown key 'uid' (did you mean 'uuid'?); "
+            "accepted keys: profile, start, uuid",
+        ),
+        (
+            inventory([{**H100, "index": "0"}]),
+            "node gpu-1: inventory device 0: key 'index' must be a whole number >= 0, got '0'",
+        ),
+        (
+            inventory([{**H100, "model": "Custom", "memoryMiB": "80Gi"}]),
+            "node gpu-1: inventory device 0: key 'memoryMiB' must be a whole number >= 1, got '80Gi'",
+        ),
+        (
+            inventory([{**H100, "model": 100}]),
+            "node gpu-1: inventory device 0: key 'model' must be a GPU model name such as H100-80GB, got 100",
+        ),
+        (
+            inventory([{**H100, "uuid": ""}]),
+            "node gpu-1: inventory device 0: key 'uuid' must be a non-empty string (nvidia-smi -L), default the "
+            "index, got ''",
+        ),
+        (
+            inventory([{**H100, "mode": "mps", "mpsClientLimit": True}]),
+            "node gpu-1: inventory device 0: key 'mpsClientLimit' must be a whole number >= 1, got True",
+        ),
+        (
+            inventory([{**H100, "nvlinkPeers": "1,2"}]),
+            "node gpu-1: inventory device 0: key 'nvlinkPeers' must be a list of the indices of the node's other "
+            "GPUs, got '1,2'",
+        ),
+        (
+            inventory([{**H100, "nvlinkPeers": [1]}, {**H100, "uuid": "GPU-b", "index": 1, "nvlinkPeers": [0, 2]}]),
+            "node gpu-1: inventory device 1: key 'nvlinkPeers' names 2, a GPU the node does not have; accepted: "
+            "the indices of the node's other GPUs (0)",
+        ),
+        (
+            inventory([{**H100, "nvlinkPeers": [0]}]),
+            "node gpu-1: inventory device 0: key 'nvlinkPeers' names 0, the GPU itself; accepted: the indices of "
+            "the node's other GPUs (none)",
+        ),
+        (
+            inventory([{**H100, "mode": "exclusive", "migInstances": [{"profile": "3g.40gb", "start": 4}]}]),
+            "node gpu-1: inventory device 0: key 'migInstances' describes MIG, but the GPU's mode is 'exclusive'; "
+            "accepted: mode 'mig'",
+        ),
+        (
+            inventory([{**H100, "mode": "mps", "migProfiles": ["1g.10gb"]}]),
+            "node gpu-1: inventory device 0: key 'migProfiles' describes MIG, but the GPU's mode is 'mps'; "
+            "accepted: mode 'mig'",
+        ),
+        (
+            inventory([{**H100, "mode": "mig", "migProfiles": "1g.10gb"}]),
+            "node gpu-1: inventory device 0: key 'migProfiles' must be a list of MIG profile names gpuslice may "
+            "create (mode mig), got '1g.10gb'",
+        ),
+        (
+            inventory([H100, {**H100, "index": 1}]),
+            "node gpu-1: inventory devices 0 and 1 have the same uuid 'GPU-a'",
+        ),
+        (
+            inventory([H100], timeSlicingMemoryOversubscriptionPct=5000),
+            "node gpu-1: inventory: key 'timeSlicingMemoryOversubscriptionPct' must be a whole number from 100 to "
+            "1000, got 5000",
+        ),
+    ],
+)
+def test_an_invalid_inventory_is_an_error_naming_node_key_and_accepted_keys(raw: dict[str, Any], message: str) -> None:
+    with pytest.raises(InventoryError) as caught:
+        parse_node(raw)
+    assert str(caught.value) == message
+
+
+def test_every_accepted_key_is_read() -> None:
+    # The accepted keys are the parser's: a device using all of them parses, and each one counts.
+    from scheduler.core.k8s import DEVICE_KEYS, INVENTORY_KEYS, MIG_INSTANCE_KEYS
+
+    mig = {
+        "uuid": "GPU-m",
+        "index": 1,
+        "model": "A100-80GB",
+        "memoryMiB": 81920,
+        "smCount": 108,
+        "mode": "mig",
+        "migInstances": [{"profile": "3g.40gb", "start": 4, "uuid": "MIG-m-3g"}],
+        "migProfiles": ["3g.40gb"],
+        "mpsClientLimit": 8,
+        "replicas": 1,
+        "nvlinkPeers": [0],
+        "healthy": False,
+        "unhealthyReason": "XID 79",
+        "migTaken": [],
+        "migManaged": [],
+        "strayMemoryMiB": 512,
+    }
+    assert set(mig) == set(DEVICE_KEYS) and set(mig["migInstances"][0]) == set(MIG_INSTANCE_KEYS)
+    body = {"devices": [{**H100, "nvlinkPeers": [1]}, mig], "mpsComputeOversubscriptionPct": 150}
+    body["timeSlicingMemoryOversubscriptionPct"] = 200
+    assert set(body) == set(INVENTORY_KEYS)
+    parsed = parse_node(node(annotations={"gpuslice.io/inventory": json.dumps(body)}))
+    device = parsed.devices[1]
+    assert (device.uuid, device.model.name, device.mode, device.mps_client_limit) == ("GPU-m", "A100-80GB", "mig", 8)
+    assert device.mig_instances[0].uuid == "MIG-m-3g" and device.mig_allowed == ("3g.40gb",)
+    assert (device.healthy, device.unhealthy_reason, device.stray_memory_mib) == (False, "XID 79", 512)
+    assert parsed.linked(0, 1) and (parsed.mps_compute_oversub_pct, parsed.ts_memory_oversub_pct) == (150, 200)

@@ -1,13 +1,16 @@
-"""MIG slot rules (DESIGN §4), and the traps of where an instance goes."""
+"""MIG slot rules (NVIDIA's MIG user guide), and the traps of where an instance goes."""
 
 from __future__ import annotations
 
 import pytest
 
-from scheduler.core import CATALOG, Demand, GpuKind, GpuRequest, NodeState, RecordError, fit
 from scheduler.core.allocation import MigSlot
-from scheduler.core.catalog import ProfileSpec
+from scheduler.core.catalog import CATALOG, ProfileSpec
+from scheduler.core.errors import RecordError
+from scheduler.core.fit import fit
 from scheduler.core.mig import best_start, free_starts, why_not
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.state import NodeState
 from tests.builders import make_node, make_state, static_mig
 
 A100 = CATALOG["A100-80GB"].mig

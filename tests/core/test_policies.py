@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core import (
-    Demand,
-    GpuKind,
-    GpuRequest,
-    NodeState,
-    TypicalWorkload,
-    evaluate,
-    fit,
-    make_policy,
-    rank,
-)
-from scheduler.core.policies import REGISTRY
-from scheduler.core.select import Scoreboard
-from tests.builders import make_state
+from scheduler.core.board import Board
+from scheduler.core.fit import fit
+from scheduler.core.fragmentation import TypicalWorkload
+from scheduler.core.policies import REGISTRY, make_policy
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.select import evaluate, rank
+from scheduler.core.state import NodeState
+from tests.builders import make_policy_for, make_state
 
 
 def share(milli: int) -> Demand:
@@ -36,7 +30,7 @@ def two_nodes() -> list[NodeState]:
 
 
 def scores(policy_name: str, demand: Demand, states: list[NodeState], **options: object) -> dict[str, float]:
-    policy = make_policy(policy_name, **options)
+    policy = make_policy_for(policy_name, **options)
     ranking = rank(policy, demand, states)
     return {p.node: p.score for p in ranking.placements}
 
@@ -72,7 +66,7 @@ def test_fgd_picks_the_gpu_that_fragments_least() -> None:
     # on GPU 1 it leaves 1000 and 400 -> F = 400. GPU 0 wins although GPU 1 is tighter.
     state = make_state(gpus=2, mode="mps")
     state = state.apply("x", fit(share(300), state).allocations[1])
-    placement = evaluate(make_policy("fgd", workload=HALF_GPU_WORKLOAD), share(300), state)
+    placement = evaluate(make_policy_for("fgd", workload=HALF_GPU_WORKLOAD), share(300), state)
     assert not isinstance(placement, str)
     assert placement.allocation.shares[0].index == 0
     # the others take the tightest GPU (least free after): GPU 1
@@ -83,8 +77,8 @@ def test_fgd_picks_the_gpu_that_fragments_least() -> None:
 def test_random_is_seeded_and_roughly_uniform() -> None:
     states = [make_state(name=f"n{i}", gpus=1, mode="mps") for i in range(4)]
     counts = {s.node.name: 0 for s in states}
-    board = Scoreboard(states)
-    policy = make_policy("random", seed=7)
+    board = Board(states)
+    policy = make_policy_for("random", seed=7)
     picks = []
     for _ in range(4000):
         placement = board.best(policy, share(10))
@@ -92,8 +86,8 @@ def test_random_is_seeded_and_roughly_uniform() -> None:
         counts[placement.node] += 1
         picks.append(placement.node)
     assert min(counts.values()) > 850  # 1000 expected each; 850 is > 5 sd away
-    again = Scoreboard(states)
-    policy_again = make_policy("random", seed=7)
+    again = Board(states)
+    policy_again = make_policy_for("random", seed=7)
     assert [again.best(policy_again, share(10)).node for _ in range(50)] == picks[:50]  # type: ignore[union-attr]
 
 
@@ -111,10 +105,10 @@ def test_unknown_policy_names_the_accepted_ones() -> None:
         make_policy("tetris")
 
 
-def test_scoreboard_best_equals_a_full_rank_after_changes() -> None:
+def test_board_best_equals_a_full_rank_after_changes() -> None:
     states = [make_state(name=f"n{i}", gpus=2, mode="mps") for i in range(5)]
-    board = Scoreboard(states, order={f"n{i}": 4 - i for i in range(5)})
-    policy = make_policy("fgd", workload=HALF_GPU_WORKLOAD)
+    board = Board(states, order={f"n{i}": 4 - i for i in range(5)})
+    policy = make_policy_for("fgd", workload=HALF_GPU_WORKLOAD)
     for k, milli in enumerate([300, 200, 700, 500, 300, 100, 800, 400]):
         demand = share(milli)
         expected = rank(policy, demand, list(board.states), order={f"n{i}": 4 - i for i in range(5)})
@@ -123,29 +117,46 @@ def test_scoreboard_best_equals_a_full_rank_after_changes() -> None:
         board.put(board.get(got.node).apply(f"p{k}", got.allocation))  # type: ignore[union-attr]
 
 
-def test_scoreboard_tells_which_nodes_changed_since_a_mark() -> None:
-    def state(name: str) -> NodeState:  # a new state object each time: put counts it as a change
-        return make_state(name=name, gpus=1, mode="mps")
+class Counting:
+    """binpack, counting the placements it scores per node."""
 
-    board = Scoreboard([state(f"n{i}") for i in range(3)])
-    start = board.mark
-    assert board.changed_since(start) == set()
-    board.put(state("n1"))
-    middle = board.mark
-    assert board.changed_since(start) == {1} and board.changed_since(middle) == set()
-    board.put(state("n2"))
-    board.put(state("n1"))
-    assert board.changed_since(start) == {1, 2} and board.changed_since(middle) == {1, 2}
-    # a node joins: positions may move, so no earlier mark can be answered
-    board.put(state("n3"))
-    assert board.changed_since(middle) is None and board.changed_since(board.mark) == set()
-    # the log is trimmed after many changes: marks from before it are void
-    joined = board.mark
-    for _ in range(8 * len(board) + 1025):
-        board.put(state("n0"))
-    assert board.changed_since(joined) is None and board.changed_since(board.mark) == set()
-    # a join also voids a mark taken when nothing had changed yet
-    fresh = Scoreboard([state("a")])
-    quiet = fresh.mark
-    fresh.put(state("b"))
-    assert fresh.changed_since(quiet) is None
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.inner = make_policy("binpack")
+        self.calls: dict[str, int] = {}
+
+    def score(self, demand: Demand, state: NodeState, allocation: object) -> float:
+        self.calls[state.node.name] = self.calls.get(state.node.name, 0) + 1
+        return self.inner.score(demand, state, allocation)  # type: ignore[arg-type]
+
+
+def test_board_works_out_again_only_the_nodes_that_changed() -> None:
+    # Five nodes, each in its own state (n_i holds i shares), so none shares work with another.
+    states = []
+    for i in range(5):
+        state = make_state(name=f"n{i}", gpus=1, mode="mps")
+        for k in range(i):
+            state = state.apply(f"x{i}-{k}", fit(share(100), state).allocations[0])
+        states.append(state)
+    board = Board(states)
+    policy = Counting()
+    first = board.scores(policy, share(50)).tolist()
+    # binpack: (i x 100 + 50) used of 1000 -> 5, 15, 25, 35, 45
+    assert first == [5.0, 15.0, 25.0, 35.0, 45.0]
+    assert policy.calls == {f"n{i}": 1 for i in range(5)}
+    assert board.scores(policy, share(50)).tolist() == first and sum(policy.calls.values()) == 5
+    # one node changes: only it is scored again, and only where asked
+    n2 = board.get("n2")
+    assert n2 is not None
+    board.put(n2.apply("new", fit(share(50), n2).allocations[0]))
+    board.scores(policy, share(50), board.positions(["n0", "n1"]))
+    assert sum(policy.calls.values()) == 5
+    again = board.scores(policy, share(50)).tolist()
+    assert policy.calls["n2"] == 2 and sum(policy.calls.values()) == 6
+    assert again == [5.0, 15.0, 30.0, 35.0, 45.0]  # n2: 250 + 50 used -> 30
+    # a node put in the state another node is in shares that node's work
+    n0 = board.get("n0")
+    assert n0 is not None
+    board.put(n0.apply("a", fit(share(100), n0).allocations[0]))  # now like n1: one share of 100
+    assert board.scores(policy, share(50)).tolist()[0] == 15.0 and policy.calls["n0"] == 1

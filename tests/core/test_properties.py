@@ -5,29 +5,16 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.core import (
-    CATALOG,
-    Allocation,
-    Demand,
-    DeviceShare,
-    GpuKind,
-    GpuRequest,
-    Node,
-    NodeState,
-    RecordError,
-    SharingMode,
-    decode_record,
-    encode_record,
-    fit,
-    make_policy,
-    rebuild,
-)
-from scheduler.core.allocation import MigSlot
-from scheduler.core.catalog import ProfileSpec
-from scheduler.core.inventory import MigInstance
+from scheduler.core.allocation import Allocation, DeviceShare, MigSlot, decode_record, encode_record
+from scheduler.core.catalog import CATALOG, ProfileSpec
+from scheduler.core.errors import RecordError
+from scheduler.core.fit import fit
+from scheduler.core.inventory import MigInstance, Node, SharingMode
 from scheduler.core.mig import best_start, slot_of
-from scheduler.core.policies import REGISTRY
+from scheduler.core.policies import REGISTRY, make_policy
+from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.select import evaluate
+from scheduler.core.state import NodeState, rebuild
 from tests.builders import make_device
 
 MODELS = ["A100-80GB", "A100-40GB", "A30", "H100-80GB", "H200-141GB", "L4", "T4"]
@@ -101,7 +88,12 @@ def demands(draw: st.DrawFn) -> Demand:
     small = st.integers(1, 200)
     sharing = draw(
         st.sampled_from(
-            [frozenset(), frozenset({SharingMode.MPS}), frozenset({SharingMode.TIME_SLICING, SharingMode.MIG})]
+            [
+                frozenset(),
+                frozenset({SharingMode.MPS}),
+                frozenset({SharingMode.TIME_SLICING, SharingMode.MIG}),
+                frozenset({SharingMode.TIME_SLICING, SharingMode.EXCLUSIVE}),
+            ]
         )
     )
     if kind is GpuKind.NONE:
@@ -240,6 +232,9 @@ def _all_single_shares(demand: Demand, state: NodeState) -> list[Allocation]:
         elif gpu.kind in (GpuKind.SHARE, GpuKind.WHOLE):
             memory, compute = gpu.share_on(device)
             if device.mode is SharingMode.EXCLUSIVE and memory <= device.memory_mib and compute <= 1000:
+                part = (memory, compute) != (device.memory_mib, 1000)
+                if part and SharingMode.EXCLUSIVE not in gpu.sharing:
+                    continue  # part of a GPU takes an exclusive one only when the pod accepts a whole GPU
                 memory, compute = device.memory_mib, 1000
             out.append(
                 Allocation(
@@ -334,3 +329,26 @@ def test_crowded_devices_never_exceed_their_limits(case: tuple[Node, list[Demand
         elif state.pods and rnd.random() < 0.3:  # type: ignore[attr-defined]
             state = state.release(state.pods[rnd.randrange(len(state.pods))][0])  # type: ignore[attr-defined]
         assert_within_capacity(state)
+
+
+@SETTINGS
+@given(nodes(), st.lists(demands(), min_size=1, max_size=12), st.sampled_from(sorted(REGISTRY)))
+def test_part_of_a_gpu_takes_an_exclusive_gpu_only_when_the_pod_accepts_one(
+    node: Node, requests: list[Demand], policy_name: str
+) -> None:
+    # Given whole, an exclusive GPU would waste the rest of itself on part of a request: no
+    # policy may place part of a GPU there unless the pod's sharing lists exclusive.
+    policy = make_policy(policy_name)
+    state = NodeState.empty(node)
+    for k, demand in enumerate(requests):
+        placed = evaluate(policy, demand, state)
+        if isinstance(placed, str):
+            continue
+        gpu = demand.gpu
+        for share in placed.allocation.shares:
+            device = node.devices[share.index]
+            if device.mode is SharingMode.EXCLUSIVE and gpu.kind is GpuKind.SHARE:
+                memory, compute = gpu.share_on(device)
+                whole = (memory, compute) == (device.memory_mib, 1000)
+                assert whole or SharingMode.EXCLUSIVE in gpu.sharing, (demand, device)
+        state = state.apply(f"p{k}", placed.allocation)

@@ -6,19 +6,12 @@ import json
 
 import pytest
 
-from scheduler.core import (
-    Demand,
-    GpuKind,
-    GpuRequest,
-    NodeState,
-    RecordError,
-    decode_record,
-    encode_record,
-    fit,
-    rebuild,
-)
-from scheduler.core.allocation import record_annotations
+from scheduler.core.allocation import decode_record, encode_record, record_annotations
 from scheduler.core.catalog import ProfileSpec
+from scheduler.core.errors import RecordError
+from scheduler.core.fit import fit
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.state import NodeState, rebuild
 from tests.builders import make_node
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core import GpuKind, RequestError, SharingMode, parse_pod
+from scheduler.core.errors import RequestError
+from scheduler.core.inventory import SharingMode
 from scheduler.core.quantity import bytes_to_mib, cpu_milli, memory_mib
+from scheduler.core.request import GpuKind, parse_pod
 from tests.builders import pod
 
 

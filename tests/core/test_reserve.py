@@ -5,10 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduler.core import Demand, GpuKind, GpuRequest, fit
+from scheduler.core.board import Board
 from scheduler.core.capacity import GAP_LEVELS
-from scheduler.core.groups import GroupLedger
+from scheduler.core.fit import fit
+from scheduler.core.groups import Groups, groups_of
+from scheduler.core.policies.base import Cluster, Reads
 from scheduler.core.policies.reserve import free_by_group, pinned_load, pressure, price, squash
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.state import NodeState
 from tests.builders import make_state
 
 
@@ -77,20 +81,49 @@ def whole(models: tuple[str, ...] = ()) -> Demand:
     return Demand(8_000, 0, GpuRequest(GpuKind.WHOLE, 1, models=models))
 
 
-def test_ledger_groups_gpus_by_model_and_follows_state_changes() -> None:
+def cluster_groups(board: Board) -> Groups:
+    """The groups a policy's adjust sees on ``board`` (over every node)."""
+    seen: list[Groups] = []
+
+    class Spy:
+        name = "spy"
+        reads = frozenset({Reads.GAPS, Reads.GROUPS})
+
+        def score(self, demand: Demand, state: NodeState, allocation: object) -> float:
+            return 50.0
+
+        def adjust(self, demand: Demand, scores: np.ndarray, cluster: Cluster) -> np.ndarray:
+            seen.append(cluster.groups)
+            return scores
+
+    board.scores(Spy(), whole())  # type: ignore[arg-type]
+    return seen[0]
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_groups_split_gpus_by_model_and_follow_state_changes(plain: bool) -> None:
     t4 = make_state(name="t4", gpus=2, model="T4", mode="mps", cpu_milli=104_000)
-    g2 = make_state(name="g2", gpus=8, model="L4", mode="mps", cpu_milli=96_000)
+    l4 = make_state(name="l4", gpus=8, model="L4", mode="mps", cpu_milli=96_000)
     cpu = make_state(name="cpu", gpus=0)
-    ledger = GroupLedger([t4, g2, cpu])
-    assert [k[0] for k in ledger.keys] == ["T4", "L4"]
-    assert ledger.node_group.tolist() == [0, 1, -1]
-    assert free_by_group(ledger.gaps).tolist() == [2000.0, 8000.0]
     after = t4.apply("p", fit(whole(), t4).allocations[0])
-    ledger.replace(t4, after)
-    assert free_by_group(ledger.gaps).tolist() == [1000.0, 8000.0]
+    if plain:
+        before = groups_of([t4, l4, cpu], [t4, l4, cpu])
+    else:
+        board = Board([t4, l4, cpu])
+        before = cluster_groups(board)
+    # what a policy sees holds for the call it is given to: read it before the board changes
+    assert [k[0] for k in before.keys] == ["T4", "L4"]
+    assert before.node_group.tolist() == [0, 1, -1]
+    assert free_by_group(before.gaps).tolist() == [2000.0, 8000.0]
+    if plain:
+        now = groups_of([after, l4, cpu], [after, l4, cpu])
+    else:
+        board.put(after)
+        now = cluster_groups(board)
+    assert free_by_group(now.gaps).tolist() == [1000.0, 8000.0]
     # allowed: a pod pinned to T4 fits only group 0; a 100-core pod only the 104-core T4 node
-    assert ledger.allowed(whole(("T4",))).tolist() == [True, False]
-    assert ledger.allowed(whole()).tolist() == [True, True]
-    assert ledger.allowed(Demand(100_000, 0, GpuRequest(GpuKind.WHOLE, 1))).tolist() == [True, False]
-    # a 4-GPU pod fits no empty T4 node (2 GPUs)
-    assert ledger.allowed(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 4))).tolist() == [False, True]
+    assert now.allowed(whole(("T4",))).tolist() == [True, False]
+    assert now.allowed(whole()).tolist() == [True, True]
+    assert now.allowed(Demand(100_000, 0, GpuRequest(GpuKind.WHOLE, 1))).tolist() == [True, False]
+    # a 4-GPU pod fits no T4 node (2 GPUs), however empty
+    assert now.allowed(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 4))).tolist() == [False, True]

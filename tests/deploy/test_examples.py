@@ -7,15 +7,28 @@ manifests/examples/nodes/ (whose inventory the core's node parser reads).
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from scheduler.core import NodeState, SharingMode, make_policy, parse_pod
+from scheduler.cli.serving import pending_pods
 from scheduler.core.allocation import Allocation
+from scheduler.core.inventory import SharingMode
 from scheduler.core.k8s import parse_node
+from scheduler.core.policies import REGISTRY, make_policy
+from scheduler.core.request import parse_pod
 from scheduler.core.select import Placement, evaluate
+from scheduler.core.state import NodeState
+from scheduler.extender.client import ExtenderClient
+from scheduler.extender.config import load_config
+from scheduler.extender.demo import play
+from scheduler.extender.server import Server
+from scheduler.extender.service import Extender
+from scheduler.filebackend import FileBackend
 from scheduler.webhook import WebhookConfig, mutate
 from tests.deploy.manifests import MANIFESTS, documents, find
 from tests.deploy.reviews import patched, review
@@ -130,3 +143,57 @@ def test_the_timesliced_batch_runs_four_at_a_time_on_declared_memory() -> None:
 def test_every_companion_node_is_used() -> None:
     used = {companion_node(w)["metadata"]["name"] for w in WORKLOADS}
     assert len(used) == len(list((EXAMPLES / "nodes").glob("*.yaml")))
+
+
+def example_cluster(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """Every companion node and every example's pods (admitted, one per replica), pending, as a
+    cluster file; and which node each pod's header expects."""
+    nodes = [d.obj for d in documents(EXAMPLES / "nodes")]
+    pods: list[dict[str, Any]] = []
+    expected: dict[str, str] = {}
+    for workload in WORKLOADS:
+        pod, count = pod_of(workload)
+        out = admitted(pod)
+        base = pod["metadata"].get("name") or pod["metadata"]["generateName"].rstrip("-")
+        for i in range(count):
+            name = base if count == 1 else f"{base}-{i}"
+            meta = {**out["metadata"], "name": name, "namespace": "gpu-demo", "uid": f"uid-{name}"}
+            meta.pop("generateName", None)
+            pods.append({**out, "metadata": meta, "status": {"phase": "Pending"}})
+            expected[f"gpu-demo/{name}"] = companion_node(workload)["metadata"]["name"]
+    path = tmp_path / "examples.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [*nodes, *pods]}))
+    return path, expected
+
+
+@pytest.mark.parametrize("policy", sorted(REGISTRY))
+def test_served_together_every_example_lands_where_its_header_says(tmp_path: Path, policy: str) -> None:
+    # All the nodes and all the pods in one cluster, scheduled through the service over HTTP
+    # as kube-scheduler would, in the order kustomization.yaml lists the workloads.
+    path, expected = example_cluster(tmp_path)
+    config = load_config(env={}, flags={"port": 0, "policy": policy})
+    backend = FileBackend(path, config.prefix)
+    extender = Extender(config, backend)
+    extender.start()
+    server = Server(extender).start_in_thread()
+    client = ExtenderClient(server.url)
+    try:
+        order = {w: i for i, w in enumerate(yaml.safe_load((EXAMPLES / "kustomization.yaml").read_text())["resources"])}
+        pods = sorted(pending_pods(backend), key=lambda p: order[_workload_of(p)])
+        landed = {o.pod: o.node or o.detail for o in play(client, pods, sorted(backend.nodes()))}
+    finally:
+        client.close()
+        server.stop()
+        extender.stop()
+    assert landed == expected
+
+
+def _workload_of(pod: dict[str, Any]) -> str:
+    name = pod["metadata"]["name"]
+    (found,) = [w for w in WORKLOADS if name.startswith(_base(w))]
+    return found
+
+
+def _base(workload: str) -> str:
+    pod, _ = pod_of(workload)
+    return str(pod["metadata"].get("name") or pod["metadata"]["generateName"].rstrip("-"))

@@ -27,6 +27,7 @@ MODELS: dict[tuple[str, str], type[BaseModel]] = {
     ("v1", "Pod"): k8s.V1Pod,
     ("v1", "Node"): k8s.V1Node,
     ("apps/v1", "Deployment"): k8s.V1Deployment,
+    ("apps/v1", "DaemonSet"): k8s.V1DaemonSet,
     ("batch/v1", "Job"): k8s.V1Job,
     ("policy/v1", "PodDisruptionBudget"): k8s.V1PodDisruptionBudget,
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): k8s.V1ClusterRole,
@@ -420,13 +421,12 @@ def test_the_containers_read_the_config_they_are_given() -> None:
     assert volumes["config"]["configMap"]["name"] == "gpuslice-config"
 
 
-def test_the_gpuslice_config_is_valid_for_serve(tmp_path: Path) -> None:
+def test_the_gpuslice_config_is_valid_for_serve(certificate: Path) -> None:
     from scheduler.extender.config import ServeConfig
 
     config = gpuslice_configuration()
-    for field in ("tls_cert", "tls_key"):  # the Secret's files exist only in the pod
-        (tmp_path / field).write_text("PEM")
-        config[field] = str(tmp_path / field)
+    for field in ("tls_cert", "tls_key"):  # the Secret's files exist only in the pod: a pair made the same way
+        config[field] = str(certificate / Path(config[field]).name)
     served = ServeConfig.model_validate(config)
     assert served.scheme == "https"
     # The environment overrides the file: the container sets none of the service's settings there.
@@ -439,7 +439,6 @@ def test_the_gpuslice_config_is_valid_for_serve(tmp_path: Path) -> None:
 def test_the_serve_flags_used_exist() -> None:
     import typer.main
 
-    import scheduler.extender.commands  # noqa: F401  (registers `serve`)
     from scheduler.cli import app
 
     command = typer.main.get_command(app)

@@ -23,17 +23,23 @@ def expand(rules: list[dict[str, Any]]) -> list[Triple]:
     return out
 
 
-def account() -> dict[str, str]:
-    sa = find("ServiceAccount", "gpuslice")
+ACCOUNTS = ("gpuslice", "gpuslice-agent")  # the service's and the node agent's
+
+
+def account(name: str = "gpuslice") -> dict[str, str]:
+    sa = find("ServiceAccount", name)
     return {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}
 
 
-def bound_roles() -> dict[tuple[str, str, str], dict[str, Any]]:
-    """(binding kind, binding namespace, role name) -> roleRef, for every binding of gpuslice's account."""
+def bound_roles(name: str = "gpuslice") -> dict[tuple[str, str, str], dict[str, Any]]:
+    """(binding kind, binding namespace, role name) -> roleRef, for every binding of one account;
+    every binding has exactly one subject, one of the two accounts."""
     out = {}
     for doc in documents():
         if doc.kind in ("ClusterRoleBinding", "RoleBinding"):
-            assert doc.obj["subjects"] == [account()], doc.where
+            assert doc.obj["subjects"] in [[account(a)] for a in ACCOUNTS], doc.where
+            if doc.obj["subjects"] != [account(name)]:
+                continue
             namespace = doc.obj["metadata"].get("namespace", "")
             out[(doc.kind, namespace, doc.obj["roleRef"]["name"])] = doc.obj["roleRef"]
     return out
@@ -87,6 +93,7 @@ def test_no_other_roles() -> None:
         ("ClusterRole", "gpuslice"),
         ("Role", "gpuslice"),
         ("Role", "gpuslice-scheduler-leader-election"),
+        ("ClusterRole", "gpuslice-agent"),
     }
     assert set(bound_roles()) == {
         ("ClusterRoleBinding", "", "gpuslice"),
@@ -103,3 +110,20 @@ def test_the_ledgers_live_where_the_role_lets_gpuslice_write_them() -> None:
 
     role = find("Role", "gpuslice", namespace=KubeOptions().namespace)
     assert {r for _, _, r in expand(role["rules"])} == {"configmaps"}
+
+
+def test_the_agent_role_grants_exactly_the_calls_of_the_node_api() -> None:
+    from scheduler.kube.api import AGENT_API_CALLS
+
+    granted = expand(find("ClusterRole", "gpuslice-agent")["rules"])
+    assert len(granted) == len(set(granted))
+    assert set(granted) == set(AGENT_API_CALLS)
+    assert bound_roles("gpuslice-agent") == {
+        ("ClusterRoleBinding", "", "gpuslice-agent"): {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "gpuslice-agent",
+        }
+    }
+    daemonset = find("DaemonSet", "gpuslice-agent")
+    assert daemonset["spec"]["template"]["spec"]["serviceAccountName"] == "gpuslice-agent"

@@ -21,11 +21,11 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
+from scheduler.cli.serving import service_mounts
 from scheduler.extender.app import create_app
-from scheduler.extender.commands import example_path
 from scheduler.extender.config import load_config
-from scheduler.extender.filebackend import FileBackend
 from scheduler.extender.service import Extender
+from scheduler.filebackend import FileBackend, example_path
 from scheduler.webhook.routes import router
 from tests.deploy.manifests import REPO
 from tests.deploy.reviews import pod, review
@@ -35,7 +35,7 @@ SERVICE_DNS = "gpuslice.gpuslice.svc"
 
 def test_gpuslice_app_serves_the_webhook_with_its_prefix() -> None:
     config = load_config(None, {}, {"prefix": "gpus.example.com/"})
-    app = create_app(Extender(config, FileBackend(example_path(), config.prefix)))
+    app = create_app(Extender(config, FileBackend(example_path(), config.prefix)), service_mounts(config))
 
     async def post() -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
@@ -47,23 +47,6 @@ def test_gpuslice_app_serves_the_webhook_with_its_prefix() -> None:
     ops = json.loads(base64.b64decode(response.json()["response"]["patch"]))
     assert {"op": "add", "path": "/spec/schedulerName", "value": "gpuslice"} in ops
     assert any("metadata.annotations['gpus.example.com/visible-devices']" in json.dumps(op) for op in ops)
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tls")
-    env = {**os.environ, "OUT_DIR": str(out)}
-    result = subprocess.run(
-        ["bash", str(REPO / "manifests/tls/make-serving-cert.sh"), "gpuslice", "gpuslice", "30"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    assert {p.name for p in out.iterdir()} == {"ca.crt", "tls.crt", "tls.key"}
-    return out
 
 
 @pytest.fixture(scope="module")

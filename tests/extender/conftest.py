@@ -14,8 +14,8 @@ with warnings.catch_warnings():
 
 from scheduler.extender.app import create_app
 from scheduler.extender.config import load_config
-from scheduler.extender.filebackend import FileBackend
 from scheduler.extender.service import Extender
+from scheduler.filebackend import FileBackend
 
 from .kit import cluster_file
 

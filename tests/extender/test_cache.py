@@ -134,17 +134,37 @@ def test_incremental_states_equal_a_rebuild() -> None:
     assert fresh.state("a") == cache.state("a")
 
 
-def test_nodes_joining_between_reads_are_all_on_the_board() -> None:
-    cache = cache_with("a", "b", "c")  # joined in one go at the next read
+def test_nodes_join_and_leave_the_board_in_place() -> None:
+    cache = cache_with("a", "b", "c")
     assert [s.node.name for s in cache.board.states] == ["a", "b", "c"]
-    layout = cache.layout
+    layout = cache.board.layout
     cache.on_change(Change(Kind.NODE, "d", k8s_node("d", gpus=2)))
     cache.on_change(Change(Kind.NODE, "e", k8s_node("e", gpus=1)))
-    cache.on_change(Change(Kind.NODE, "e", k8s_node("e", gpus=3)))  # changed before the board saw it
+    cache.on_change(Change(Kind.NODE, "e", k8s_node("e", gpus=3)))
     cache.on_change(Change(Kind.NODE, "b", None))
-    cache.on_change(Change(Kind.NODE, "d", None))  # gone before the board saw it
-    assert cache.layout > layout
+    cache.on_change(Change(Kind.NODE, "d", None))
+    assert cache.board.layout > layout
     assert [s.node.name for s in cache.board.states] == ["a", "c", "e"]
     state = cache.state("e")
     assert state is not None and len(state.node.devices) == 3
-    assert cache.board.positions(["e", "d", "a"]).tolist() == [2, -1, 0]
+    # positions stay where they were: a node that leaves frees its own, the next to join takes it
+    assert cache.board.positions(["e", "d", "a", "c"]).tolist() == [4, -1, 0, 2]
+    cache.on_change(Change(Kind.NODE, "f", k8s_node("f", gpus=1)))
+    assert cache.board.positions(["f"]).tolist()[0] in (1, 3)
+
+
+def test_the_cache_keeps_what_it_reads_of_a_pod_and_parses_it_alike() -> None:
+    from scheduler.core.request import parse_pod
+
+    pod = k8s_pod("p", gpu_fraction="0.5", node="a")
+    pod["spec"]["containers"][0] |= {"env": [{"name": "X", "value": "y" * 1000}], "image": "big:1"}
+    pod["spec"]["initContainers"] = [{"name": "init", "image": "i", "resources": {"requests": {"cpu": "3"}}}]
+    pod["spec"]["volumes"] = [{"name": "v", "emptyDir": {}}]
+    pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}] * 20}
+    pod["metadata"]["managedFields"] = [{"manager": "kubelet"}] * 50
+    cache = cache_with("a")
+    cache.on_change(pod_change(pod, "default/p"))
+    kept = cache.pods["default/p"].obj
+    assert len(json.dumps(kept)) < len(json.dumps(pod)) / 4
+    assert parse_pod(kept) == parse_pod(pod)
+    assert "managedFields" not in kept["metadata"] and "env" not in kept["spec"]["containers"][0]

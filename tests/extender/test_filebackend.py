@@ -11,8 +11,7 @@ import pytest
 from scheduler.backend import Change, Kind, PodRef
 from scheduler.core.allocation import Allocation, DeviceShare, decode_record
 from scheduler.core.inventory import SharingMode
-from scheduler.extender.commands import example_path
-from scheduler.extender.filebackend import ClusterFileError, FileBackend
+from scheduler.filebackend import ClusterFileError, FileBackend, example_path
 
 from .kit import PREFIX, cluster_file, k8s_node, k8s_pod
 

@@ -1,4 +1,4 @@
-"""Remembered NodeNames arrays (``wire.NameLists``): a body whose names were met before is
+"""Remembered NodeNames arrays (``NameLists``): a body whose names were met before is
 read without decoding them again, and reads exactly as the plain decoding reads it."""
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.extender import wire
+from scheduler.extender.answers import NameLists
 
 NAMES = ["node-a", "node-b", "node-c"]
 POD = {"metadata": {"name": "p", "uid": "u"}}
 
 
-def parsed(body: bytes, known: wire.NameLists | None) -> tuple[str, Any]:
+def parsed(body: bytes, known: NameLists | None) -> tuple[str, Any]:
     """("ok", (pod, names, nodes)) or ("error", message): what parse_args makes of ``body``."""
     try:
         args = wire.parse_args(body, known)
@@ -27,7 +28,7 @@ def parsed(body: bytes, known: wire.NameLists | None) -> tuple[str, Any]:
 
 
 def test_a_list_met_before_is_not_decoded_again() -> None:
-    known = wire.NameLists()
+    known = NameLists()
     body = orjson.dumps({"Pod": POD, "Nodes": None, "NodeNames": NAMES})
     first = wire.parse_args(body, known)
     again = wire.parse_args(orjson.dumps({"Pod": {**POD, "x": 1}, "Nodes": None, "NodeNames": NAMES}), known)
@@ -36,7 +37,7 @@ def test_a_list_met_before_is_not_decoded_again() -> None:
 
 
 def test_names_a_filter_answer_sent_are_known_to_prioritize() -> None:
-    known = wire.NameLists()
+    known = NameLists()
     passed = ["node-b", "node-c"]
     raw = known.encode(passed)
     assert raw == b'["node-b","node-c"]' and known.encode(passed) is raw
@@ -45,7 +46,7 @@ def test_names_a_filter_answer_sent_are_known_to_prioritize() -> None:
 
 
 def test_only_the_latest_lists_are_kept() -> None:
-    known = wire.NameLists(size=2)
+    known = NameLists(size=2)
     for i in range(3):
         known.remember(orjson.dumps([f"n{i}"]), [f"n{i}"])
     assert known.find(b'["n0"]') is None
@@ -74,7 +75,7 @@ def test_only_the_latest_lists_are_kept() -> None:
     ],
 )
 def test_tricky_bodies_read_as_the_plain_decoding_reads_them(body: bytes) -> None:
-    known = wire.NameLists()
+    known = NameLists()
     known.remember(b'["node-a"]', ["node-a"])
     known.remember(b'["x"]', ["x"])
     assert parsed(body, known) == parsed(body, None)
@@ -106,7 +107,7 @@ def test_any_body_reads_as_the_plain_decoding_reads_it(
         body_obj["NodeNames"] = listed
     text = json.dumps(body_obj, indent=1 if spaced else None)
     body = text.encode()
-    known = wire.NameLists()
+    known = NameLists()
     if seen:
         known.remember(json.dumps(listed, indent=1 if spaced else None).encode(), listed)
         known.remember(orjson.dumps(listed), listed)
@@ -115,7 +116,7 @@ def test_any_body_reads_as_the_plain_decoding_reads_it(
 
 
 def test_a_known_list_keeps_the_bytes_it_came_with_and_moves_to_the_front() -> None:
-    known = wire.NameLists(size=2)
+    known = NameLists(size=2)
     came = ["node-a"]
     known.remember(b'[ "node-a" ]', came)  # as some client spaced it
     known.remember(b'["x"]', ["x"])

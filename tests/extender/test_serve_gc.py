@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from scheduler.extender import commands
+from scheduler.extender import run as commands
 
 
 class SlowSync:

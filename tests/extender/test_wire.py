@@ -51,7 +51,7 @@ class TestFilter:
         assert got["NodeNames"] == ["mps-a", "mps-b", "mig"]
         assert got["FailedNodes"] == {
             # big took ceil(70000 * 1000 / 81920) = 855 milli of compute; 20480 MiB needs 250: fits once big is gone
-            "small": "needs 25% compute on one GPU, free 14.5%",
+            "small": "needs 25 percent compute on one GPU, free 14.5 percent",
             "ghost": "node unknown to gpuslice",
         }
         never = got["FailedAndUnresolvableNodes"]
@@ -67,7 +67,7 @@ class TestFilter:
         # half a GPU: t4 gives 15360 // 2 = 7680 MiB of a replica; MIG: 500 milli needs 4 of 7 slices (4g.40gb)
         assert [n["metadata"]["name"] for n in passed] == ["mps-a", "mps-b", "t4", "mig"]
         assert all(n["futureField"] == {"x": 1} for n in passed)
-        assert got["FailedNodes"] == {"small": "needs 50% compute on one GPU, free 14.5%"}
+        assert got["FailedNodes"] == {"small": "needs 50 percent compute on one GPU, free 14.5 percent"}
 
     @pytest.mark.parametrize(
         "payload",
@@ -80,10 +80,10 @@ class TestFilter:
         ],
     )
     def test_malformed_envelopes_get_an_error_not_a_500(self, svc: Any, payload: Any) -> None:
-        before = svc.extender.cache.generation
+        before = svc.extender.cache.snapshot()
         got = svc.post("filter", payload)
         assert got["Error"] and got["NodeNames"] is None and got["Nodes"] is None
-        assert svc.extender.cache.generation == before
+        assert svc.extender.cache.snapshot() == before
 
     def test_null_and_empty_node_lists(self, svc: Any) -> None:
         pod = k8s_pod("p", gpu_fraction="0.5")
@@ -126,12 +126,20 @@ class TestFilter:
         assert response.status_code == 405 and response.headers["allow"] == "POST"
         assert svc.http.post(f"/{verb}x", json={}).status_code == 404  # other paths go to the app's routes
 
-    def test_malformed_request_makes_every_node_unresolvable(self, svc: Any) -> None:
-        got = svc.post("filter", filter_args(k8s_pod("p", gpu_fraction="1.5"), ["mps-a", "cpu"]))
-        assert got["NodeNames"] == [] and got["FailedNodes"] is None
-        message = got["FailedAndUnresolvableNodes"]["mps-a"]
-        assert message == got["FailedAndUnresolvableNodes"]["cpu"]
-        assert "gpuslice.io/gpu-fraction" in message and "accepted" in message
+    def test_malformed_request_is_one_error_whatever_the_cluster_size(self, svc: Any) -> None:
+        answers = [
+            svc.http.post("/filter", json=filter_args(k8s_pod("p", gpu_fraction="1.5"), names)).content
+            for names in (["mps-a"], [f"node-{i}" for i in range(5000)])
+        ]
+        assert len(answers[0]) == len(answers[1]) < 400  # nothing per node
+        got = json.loads(answers[1])
+        assert got["NodeNames"] is None and got["FailedNodes"] is None and got["FailedAndUnresolvableNodes"] is None
+        assert "gpuslice.io/gpu-fraction" in got["Error"] and "accepted" in got["Error"]
+
+    def test_errors_read_right_through_go_format_strings(self, svc: Any) -> None:
+        # kube-scheduler formats Error with fmt.Errorf: no "%" may reach it
+        got = svc.post("filter", filter_args(k8s_pod("p", gpu_compute="50%%"), ["mps-a"]))
+        assert "%" not in got["Error"] and "50\uff05\uff05" in got["Error"]
 
     def test_pod_without_gpu_passes_everywhere(self, svc: Any) -> None:
         got = svc.post("filter", filter_args(k8s_pod("web"), [*NAMES, "ghost"]))
@@ -165,11 +173,11 @@ class TestPrioritize:
         got = svc.post("prioritize", filter_args(pod, ["mps-a", "mps-b", "cpu", "ghost"]))
         assert isinstance(got, list)
         assert [set(hp) for hp in got] == [{"Host", "Score"}] * 4
-        # binpack: mps-a 500 / 4000 = 12.5% -> 12 -> 1; mps-b 500 / 2000 = 25% -> 2.5 -> 3 (half up);
-        # cpu has no GPU and ghost is unknown -> 0
+        # binpack: mps-a 500 / 4000 = 12.5% -> 12 -> 1; mps-b 500 / 2000 = 25%: the node ranked
+        # first gets 10 (the others at most 9); cpu has no GPU and ghost is unknown -> 0
         assert got == [
             {"Host": "mps-a", "Score": 1},
-            {"Host": "mps-b", "Score": 3},
+            {"Host": "mps-b", "Score": 10},
             {"Host": "cpu", "Score": 0},
             {"Host": "ghost", "Score": 0},
         ]
@@ -177,7 +185,7 @@ class TestPrioritize:
 
     def test_full_nodes_mode(self, svc: Any) -> None:
         got = svc.post("prioritize", filter_args(k8s_pod("p", gpu_fraction="0.5"), nodes=nodes()[:2]))
-        assert got == [{"Host": "mps-a", "Score": 1}, {"Host": "mps-b", "Score": 3}]
+        assert got == [{"Host": "mps-a", "Score": 1}, {"Host": "mps-b", "Score": 10}]
 
     def test_malformed_gets_an_empty_list_and_a_header(self, svc: Any) -> None:
         response = svc.http.post("/prioritize", content=b"[")
@@ -212,7 +220,7 @@ class TestBind:
         pod = k8s_pod("p", gpu_memory="20Gi")
         svc.backend.put_pod(pod)
         got = svc.post("bind", binding(pod, "small"))
-        assert got["Error"] == "needs 25% compute on one GPU, free 14.5%"
+        assert got["Error"] == "needs 25 percent compute on one GPU, free 14.5 percent"
         assert "nodeName" not in svc.backend.pods()["default/p"]["spec"]
         assert [k for k, _ in svc.extender.cache.state("small").pods] == ["default/big"]
 

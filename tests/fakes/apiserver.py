@@ -22,7 +22,8 @@ second Binding, ``410`` for a compacted resourceVersion, and faults injected on 
         api.requests             # [(verb, resource, name)] in order; api.count(verb, resource)
 
 Verbs are the RBAC verbs (list, watch, get, create, update, patch, delete); resources are
-``nodes``, ``pods``, ``pods/binding`` and ``configmaps``. Changes made through the Python
+``nodes``, ``pods``, ``pods/binding``, ``pods/eviction`` (policy/v1; ``api.evictions`` lists the
+bodies accepted) and ``configmaps``. Changes made through the Python
 methods (``put_*``, ``delete_*``, ``set_pod_phase``) produce watch events like API writes,
 and are not counted in ``served``. Merge and strategic-merge patches are both applied as
 JSON merge patches (enough for maps such as annotations).
@@ -46,9 +47,9 @@ from urllib.parse import parse_qs, urlsplit
 
 Json = dict[str, Any]
 
-RESOURCES = ("nodes", "pods", "configmaps")
-LIST_KIND = {"nodes": "NodeList", "pods": "PodList", "configmaps": "ConfigMapList"}
-KIND = {"nodes": "Node", "pods": "Pod", "configmaps": "ConfigMap"}
+RESOURCES = ("nodes", "pods", "configmaps", "events")
+LIST_KIND = {"nodes": "NodeList", "pods": "PodList", "configmaps": "ConfigMapList", "events": "EventList"}
+KIND = {"nodes": "Node", "pods": "Pod", "configmaps": "ConfigMap", "events": "Event"}
 REASONS = {
     400: "BadRequest",
     404: "NotFound",
@@ -190,6 +191,7 @@ class FakeApiServer:
         self._connections: set[socket.socket] = set()
         self.requests: list[tuple[str, str, str]] = []
         self.authorizations: set[str] = set()  # the Authorization headers seen ("" for none)
+        self.evictions: list[Json] = []  # the Eviction bodies accepted
         self._server = ThreadingHTTPServer((host, port), _Handler)
         self._server.daemon_threads = True
         self._server.fake = self  # type: ignore[attr-defined]
@@ -257,6 +259,11 @@ class FakeApiServer:
     def node(self, name: str) -> Json | None:
         return self._copy("nodes", name)
 
+    def objects(self, resource: str) -> list[Json]:
+        """Copies of every stored object of one resource (events, say), by key."""
+        with self._lock:
+            return [copy.deepcopy(o) for _, o in sorted(self._objects[resource].items())]
+
     def pod(self, namespace: str, name: str) -> Json | None:
         return self._copy("pods", f"{namespace}/{name}")
 
@@ -270,6 +277,11 @@ class FakeApiServer:
     def nodes(self) -> list[Json]:
         with self._lock:
             return [copy.deepcopy(n) for _, n in sorted(self._objects["nodes"].items())]
+
+    def events(self) -> list[Json]:
+        """The Events created, oldest first."""
+        with self._lock:
+            return [copy.deepcopy(e) for e in self._objects["events"].values()]
 
     @property
     def resource_version(self) -> int:
@@ -460,6 +472,13 @@ class FakeApiServer:
             )
             return self._store(resource, body, "MODIFIED")
 
+    def patch_node(self, name: str, patch: Any) -> Json:
+        with self._lock:
+            old = self._require("nodes", name)
+            if not isinstance(patch, dict):
+                raise ApiFailure(400, "a merge patch must be a JSON object")
+            return self._store("nodes", merge_patch(old, patch), "MODIFIED")
+
     def patch_pod(self, namespace: str, name: str, patch: Any) -> Json:
         with self._lock:
             old = self._require("pods", f"{namespace}/{name}")
@@ -500,6 +519,21 @@ class FakeApiServer:
             if meta.get("annotations"):  # the API server copies a Binding's annotations onto the pod
                 patch["metadata"] = {"annotations": dict(meta["annotations"])}
             self._store("pods", merge_patch(pod, patch), "MODIFIED")
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def evict(self, namespace: str, name: str, body: Json) -> Json:
+        """A policy/v1 Eviction with no PodDisruptionBudget in the way: the pod is deleted (a
+        budget that refuses is a fault: ``fault("create", "pods/eviction", status=429)``)."""
+        with self._lock:
+            pod = self._require("pods", f"{namespace}/{name}")
+            if body.get("apiVersion") != "policy/v1" or body.get("kind") != "Eviction":
+                raise ApiFailure(400, "expected a policy/v1 Eviction", "BadRequest")
+            uid = ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
+            actual = pod["metadata"].get("uid")
+            if uid and uid != actual:
+                raise ApiFailure(409, f"Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}")
+            self.evictions.append(body)
+            self._store("pods", pod, "DELETED")
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def delete(self, resource: str, namespace: str, name: str) -> Json:
@@ -633,6 +667,8 @@ class _Handler(BaseHTTPRequestHandler):
         resource, name = parts[0], parts[1] if len(parts) > 1 else ""
         if len(parts) == 3 and resource == "pods" and parts[2] == "binding" and method == "POST":
             return "create", "pods/binding", namespace, name
+        if len(parts) == 3 and resource == "pods" and parts[2] == "eviction" and method == "POST":
+            return "create", "pods/eviction", namespace, name
         if len(parts) > 2:
             raise ApiFailure(404, f"the server could not find the requested resource {'/'.join(parts)!r}")
         if not name:
@@ -687,6 +723,8 @@ class _Handler(BaseHTTPRequestHandler):
                 result = copy.deepcopy(fake._require(resource, key))
         elif verb == "create" and resource == "pods/binding":
             result = fake.bind(ns, name, body or {})
+        elif verb == "create" and resource == "pods/eviction":
+            result = fake.evict(ns, name, body or {})
         elif verb == "create" and resource == "configmaps":
             result = fake.create_configmap(ns, body or {})
         elif verb == "create" and resource == "pods":
@@ -700,6 +738,16 @@ class _Handler(BaseHTTPRequestHandler):
             result = fake.update(resource, ns, name, body or {})
         elif verb == "patch" and resource == "pods":
             result = fake.patch_pod(ns, name, body)
+        elif verb == "patch" and resource == "nodes":
+            result = fake.patch_node(name, body)
+        elif verb == "create" and resource == "events":
+            body = dict(body or {})
+            meta = body.setdefault("metadata", {})
+            meta["namespace"] = ns
+            if not meta.get("name"):
+                meta["name"] = str(meta.get("generateName") or "event.") + uuid.uuid4().hex[:8]
+            with fake._lock:
+                result = fake._store("events", body, "ADDED")
         elif verb == "delete" and resource != "nodes":
             result = fake.delete(resource, ns, name)
         else:

@@ -11,8 +11,11 @@ from typing import Any
 import pytest
 
 from scheduler.backend import Change, Decide, Kind
-from scheduler.core import Allocation, fit, parse_pod, rebuild
+from scheduler.core.allocation import Allocation
+from scheduler.core.fit import fit
 from scheduler.core.k8s import parse_node
+from scheduler.core.request import parse_pod
+from scheduler.core.state import rebuild
 from scheduler.kube import API_CALLS, KubeBackend
 from tests.builders import pod
 from tests.fakes import FakeApiServer, FakeClock

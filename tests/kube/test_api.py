@@ -41,6 +41,7 @@ def test_the_api_surface_is_exactly_these_calls() -> None:
         ("get", "", "pods"),
         ("patch", "", "pods"),
         ("create", "", "pods/binding"),
+        ("create", "", "events"),  # a Warning on a node whose inventory cannot be read
         ("get", "", "configmaps"),
         ("list", "", "configmaps"),  # the sweep of what interrupted binds left
         ("create", "", "configmaps"),
@@ -67,6 +68,8 @@ def test_every_declared_call_is_made_and_no_other(apiserver: FakeApiServer, make
     assert live is not None
     assert "rolled back" in backend.bind(PodRef("default", "c", "uid-c"), "n1", decide_for(node, live)).error
     backend.sweep()
+    backend.node_event("n1", "GpusliceInvalidInventory", "bad inventory")
+    wait_until(lambda: len(apiserver.events()) == 1, "the event")
     assert apiserver.served == {(verb, resource) for verb, _, resource in API_CALLS}
 
 

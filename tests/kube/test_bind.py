@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from scheduler.backend import PodRef
-from scheduler.core import decode_record
+from scheduler.core.allocation import decode_record
 from scheduler.kube import KubeBackend, ledger_name
 from tests.fakes import FakeApiServer, FakeClock
 from tests.kube.conftest import decide_for, gpu_node, gpu_pod
@@ -192,7 +192,7 @@ def test_an_unanswered_binding_keeps_the_share_reserved(
     for name in ("b", "c", "d"):
         assert bind(backend, apiserver, node, name).error == ""
     # a's reservation fills the GPU (4 x 20 GiB of 80 GiB)
-    assert "needs 25% compute" in bind(backend, apiserver, node, "late").error
+    assert "needs 25 percent compute" in bind(backend, apiserver, node, "late").error
     # kube-scheduler retries a: its own old reservation is replaced, not counted twice
     retry = bind(backend, apiserver, node, "a")
     assert retry.error == ""
@@ -274,7 +274,7 @@ def test_a_lost_ledger_cannot_cause_double_booking(apiserver: FakeApiServer, mak
     apiserver.delete_configmap(LEDGER_NS, "gpuslice-node-n1")
     seen: list[Sequence[tuple[str, str]]] = []
     result = bind(backend, apiserver, node, "e", seen)
-    assert "needs 25% compute on one GPU, free 0%" in result.error
+    assert "needs 25 percent compute on one GPU, free 0 percent" in result.error
     assert [k for k, _ in seen[0]] == ["default/a", "default/b", "default/c", "default/d"]  # from the pods
 
 

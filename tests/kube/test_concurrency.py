@@ -8,8 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from scheduler.backend import BindResult, Kind, PodRef
-from scheduler.core import Allocation, NodeState, decode_record, rebuild
+from scheduler.core.allocation import Allocation, decode_record
 from scheduler.core.k8s import parse_node
+from scheduler.core.state import NodeState, rebuild
 from scheduler.kube import KubeBackend
 from tests.fakes import FakeApiServer
 from tests.kube.conftest import Recorder, decide_for, gpu_node, gpu_pod, wait_until

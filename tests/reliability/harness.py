@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scheduler.cli.serving import service_mounts
 from scheduler.core.allocation import decode_record
 from scheduler.core.errors import GpusliceError
 from scheduler.core.inventory import SharingMode
@@ -373,7 +374,7 @@ class Replica:
         self.backend = KubeBackend.from_url(api_url, prefix=self.config.prefix, **extra, **options)
         self.extender = Extender(self.config, self.backend)
         self.extender.start()
-        self.server = Server(self.extender).start_in_thread()
+        self.server = Server(self.extender, service_mounts(self.extender.config)).start_in_thread()
         self.url = self.server.url
         self.client = ExtenderClient(self.url, self.config.url_prefix, timeout=15.0)
 

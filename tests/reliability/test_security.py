@@ -23,14 +23,14 @@ import httpx
 import pytest
 import yaml
 
+from scheduler.cli.serving import service_mounts
 from scheduler.core.allocation import Allocation, DeviceShare, encode_record
 from scheduler.core.inventory import SharingMode
 from scheduler.extender.app import create_app
-from scheduler.extender.commands import example_path
 from scheduler.extender.config import load_config
-from scheduler.extender.filebackend import FileBackend
 from scheduler.extender.server import Server
 from scheduler.extender.service import Extender
+from scheduler.filebackend import FileBackend, example_path
 from scheduler.webhook import mutate, validate
 from scheduler.webhook.routes import MAX_BODY_BYTES
 from tests.deploy.manifests import find
@@ -54,28 +54,13 @@ def manifest_settings() -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tls")
-    result = subprocess.run(
-        ["bash", str(REPO / "manifests/tls/make-serving-cert.sh"), "gpuslice", "gpuslice", "30"],
-        env={**os.environ, "OUT_DIR": str(out)},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    return out
-
-
-@pytest.fixture(scope="module")
 def https_server(certificate: Path) -> Iterator[Server]:
     config = load_config(
         env={}, flags={"port": 0, "tls_cert": certificate / "tls.crt", "tls_key": certificate / "tls.key"}
     )
     extender = Extender(config, FileBackend(example_path(), config.prefix))
     extender.start()
-    server = Server(extender).start_in_thread()
+    server = Server(extender, service_mounts(config)).start_in_thread()
     yield server
     server.stop()
     extender.stop()
@@ -295,7 +280,7 @@ def route_table(routes: Any, prefix: str = "") -> set[tuple[str, str]]:
 def test_every_route_is_audited() -> None:
     # A new route fails here until it is added, with its threat, to docs/security.md.
     config = load_config(env={}, flags={})
-    app = create_app(Extender(config, FileBackend(example_path(), config.prefix)))
+    app = create_app(Extender(config, FileBackend(example_path(), config.prefix)), service_mounts(config))
     assert route_table(app.routes) == ROUTES
     threat_model = (REPO / "docs/security.md").read_text(encoding="utf-8")
     for _, path in ROUTES:
@@ -307,7 +292,7 @@ def test_only_trusted_networks_reach_the_verbs_and_debug(client: str) -> None:
     config = load_config(env={}, flags={})
     extender = Extender(config, FileBackend(example_path(), config.prefix))
     extender.start()
-    app = create_app(extender)
+    app = create_app(extender, service_mounts(config))
     pod = pod_json("p", gpu_fraction="0.5")
     bind = {"PodName": "p", "PodNamespace": "default", "PodUID": "u", "Node": "l4-mps"}
     for path, body in (("/filter", {"Pod": pod}), ("/prioritize", {"Pod": pod}), ("/bind", bind), ("/preempt", {})):
@@ -348,6 +333,10 @@ def test_only_bind_changes_the_allocation_state(api: CountingApiServer, replicas
     for method, path, body in calls:
         status, _ = client.request(method, path, json.dumps(body).encode() if body is not None else None)
         assert status == 200, path
+        if path == "/prioritize":  # it holds the node it ranks first for the pod, in memory only
+            cache = replica.extender.cache
+            assert cache.held("default/p") is not None and api.resource_version == before[0]
+            cache.unreserve("default/p")
         assert state() == before, f"{method} {path} changed the allocation state"
     assert client.bind(pod, "n1") == ""
     assert state() != before

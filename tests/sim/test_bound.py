@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.core import Demand, GpuKind, GpuRequest
 from scheduler.core.capacity import allocated_milli
 from scheduler.core.fit import fit
 from scheduler.core.inventory import Node
+from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.state import NodeState
 from scheduler.sim.bound import bound, lp_bound, relax, share_patterns
 from scheduler.sim.engine import simulate

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from scheduler.cli import _register, app
+from scheduler.cli import app
 from scheduler.sim.metrics import CURVE_COLUMNS, SUMMARY_COLUMNS
 from scheduler.sim.reference import ALLOCATION_FILE
 from tests.sim.helpers import TWO_GPUS, openb_files
 
-_register()
 runner = CliRunner()
 
 
@@ -117,8 +117,8 @@ def test_bound_command(tmp_path: Path) -> None:
         (["simulate", "--policy", "tetris"], "--policy 'tetris': accepted: bestfit, binpack"),
         (["simulate", "--seeds", "ten"], "--seeds 'ten': accepted: a seed (42), a list (42,43) or a range"),
         (["simulate", "--replay", "backwards"], "--replay 'backwards': accepted: arrivals, timed"),
-        (["simulate", "missing.csv"], "missing.csv: does not exist"),
-        (["simulate", "--workers", "0"], "--workers 0: accepted: 1 or more"),
+        (["simulate", "missing.csv"], "input 'missing.csv': no such file"),
+        (["simulate", "--workers", "0"], "--workers '0': accepted: 1 or more"),
         (["bound", "--seeds", "5-1"], "--seeds '5-1'"),
     ],
 )
@@ -134,4 +134,43 @@ def test_bad_file_gets_file_row_and_field(tmp_path: Path) -> None:
     pods = openb_files(tmp_path, header + "".join(f"ok-{i},1,1,1,500\n" for i in range(16)) + "bad,1,1,1,abc\n")
     result = runner.invoke(app, ["simulate", str(pods), "-q", "--workers", "1"])
     assert result.exit_code == 2
-    assert "error: openb_pod_list_tiny.csv row 17: gpu_milli 'abc' is not an integer" in result.output
+    assert "gpuslice simulate: openb_pod_list_tiny.csv row 17: gpu_milli 'abc' is not an integer" in result.output
+
+
+def test_a_snapshot_whose_pods_ask_for_little_says_why_its_row_is_empty(tmp_path: Path) -> None:
+    # One node of 8 H100s under MPS and one pending pod of one GPU: arrivals reach 12.5% of the
+    # capacity (rounded to 12), never the 100% the table reads at.
+    node = {
+        "kind": "Node",
+        "metadata": {
+            "name": "n",
+            "annotations": {
+                "gpuslice.io/inventory": json.dumps(
+                    {"devices": [{"index": i, "model": "H100-80GB", "mode": "mps"} for i in range(8)]}
+                )
+            },
+        },
+        "status": {"allocatable": {"cpu": "64", "memory": "512Gi"}},
+    }
+    pod = {
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default", "annotations": {"gpuslice.io/gpu-count": "1"}},
+        "spec": {"containers": [{"name": "c"}]},
+        "status": {"phase": "Pending"},
+    }
+    snapshot = tmp_path / "cluster.json"
+    snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [node, pod]}))
+    result = runner.invoke(app, ["simulate", str(snapshot), "-p", "binpack", "--workers", "1", "-q"])
+    assert result.exit_code == 0, result.output
+    note = " ".join(result.output.split("note: ", 1)[1].split())
+    assert note == (
+        "cluster: its pods ask for 12% of the cluster's GPU capacity, so arrivals never reach the 100% the table "
+        "reads at ('–'). To compare policies on a full cluster, grow the workload from these pods' shapes: "
+        "--inflate 1.3 (with --replay arrivals for a timed input); or write the curves up to 12% with --out DIR "
+        "(curves.csv)."
+    )
+    result = runner.invoke(
+        app, ["simulate", str(snapshot), "-p", "binpack", "--workers", "1", "-q", "--inflate", "1.3"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "note:" not in result.output and "0.00" in result.output  # full: nothing unallocated

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.core import GpuKind, SharingMode
+from scheduler.core.inventory import SharingMode
+from scheduler.core.request import GpuKind
 from scheduler.sim.errors import TraceError
 from scheduler.sim.load import embedded_scenario, load_trace
 from scheduler.sim.openb import read_pods, read_trace

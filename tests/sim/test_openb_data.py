@@ -1,27 +1,26 @@
-"""Checks on the real Alibaba openb trace (``<repo>/../shared/data``, or $GPUSLICE_SHARED_DATA)."""
+"""Checks on the real Alibaba openb trace, where the README's commands fetch it (or $GPUSLICE_OPENB)."""
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 
 import pytest
 
-from scheduler.core import NodeState, TypicalWorkload
-from scheduler.core.fragmentation import Fragmentation
+from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
+from scheduler.core.state import NodeState
+from scheduler.sim.datasets import OPENB_ENV, openb_dir
 from scheduler.sim.model import Trace, request_milli
 from scheduler.sim.openb import read_trace
 from scheduler.sim.protocol import arrival_events
 
-DATA = Path(os.environ.get("GPUSLICE_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data"))
-OPENB = DATA / "openb"
+OPENB = openb_dir(Path(__file__).resolve().parents[2])
 
 pytestmark = [
     pytest.mark.openb,
     pytest.mark.skipif(
         not (OPENB / "openb_pod_list_default.csv").exists(),
-        reason=f"the openb trace is not at {OPENB} (set GPUSLICE_SHARED_DATA)",
+        reason=f"the openb trace is not at {OPENB} (fetch it as the README says, or set {OPENB_ENV})",
     ),
 ]
 

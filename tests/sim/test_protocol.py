@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from scheduler.core import Demand, GpuKind, GpuRequest
+from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.sim.model import SimPod
 from scheduler.sim.protocol import inflate_pods, node_ranks, timed_events
 from tests.builders import make_node

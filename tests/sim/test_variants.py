@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -31,7 +32,13 @@ ROOMS = (
 
 
 def row(cpu: int, gpus: int, milli: int, memory: int = 8192) -> dict[str, str]:
-    return {"name": "x", "cpu_milli": str(cpu), "memory_mib": str(memory), "num_gpu": str(gpus), "gpu_milli": str(milli)}
+    return {
+        "name": "x",
+        "cpu_milli": str(cpu),
+        "memory_mib": str(memory),
+        "num_gpu": str(gpus),
+        "gpu_milli": str(milli),
+    }
 
 
 def base() -> list[dict[str, str]]:
@@ -128,7 +135,7 @@ def test_same_seed_same_rows_and_names_in_order() -> None:
 
 
 def test_levels_out_of_range_are_refused() -> None:
-    with pytest.raises(ValueError, match="cpu 1.5 \\(accepted: a fraction from 0 to 0.99\\)"):
+    with pytest.raises(ValueError, match=re.escape("cpu 1.5 (accepted: a fraction from 0 to 0.99)")):
         VariantSpec("v", 1, cpu=1.5)
 
 
@@ -143,5 +150,5 @@ def test_rows_round_trip_through_a_file(tmp_path: Path) -> None:
 def test_a_pod_list_without_the_columns_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "bad.csv"
     path.write_text("name,cpu\nx,1\n")
-    with pytest.raises(TraceError, match="bad.csv header: missing column\\(s\\) cpu_milli, memory_mib"):
+    with pytest.raises(TraceError, match=re.escape("bad.csv header: missing column(s) cpu_milli, memory_mib")):
         read_rows(path)

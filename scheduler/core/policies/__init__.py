@@ -1,19 +1,24 @@
-"""Placement policies, each in its own module, registered by config name."""
+"""Placement policies, each in its own module, registered by config name (see ``base``)."""
 
 from . import bestfit, binpack, dotprod, fgd, fgdcpu, fgdreserve, gpuclustering, gpupacking, random, spread
-from .base import REGISTRY, Policy, make_policy, register
+from .base import REGISTRY, Cluster, Context, Policy, Reads, make_policy, options_of, register
 
 __all__ = [
     "REGISTRY",
+    "Cluster",
+    "Context",
     "Policy",
+    "Reads",
     "bestfit",
     "binpack",
     "dotprod",
     "fgd",
     "fgdcpu",
+    "fgdreserve",
     "gpuclustering",
     "gpupacking",
     "make_policy",
+    "options_of",
     "random",
     "register",
     "spread",

@@ -1,107 +1,190 @@
-"""What a policy is: a placement within one node plus a score, registered by name.
+"""What a policy is: a score of one placement, plus what it optionally needs, registered by name.
 
-A policy sees one node's state and the candidate allocations ``fit`` found there; it
-returns the allocation it prefers and a score in 0..100 (higher is better). The loop
-that compares nodes (``scheduler.core.select``) knows no policy by name.
+A policy answers one question: how good is placing this pod on this node with this
+allocation? ``score(demand, state, allocation)``, a number in 0..100, higher is better.
+The board (:mod:`scheduler.core.board`) does the rest: it finds the candidate allocations
+(:func:`~scheduler.core.fit.fit`), keeps the best-scored one per node and compares nodes.
+What the board may reuse follows from what the policy declares, never from its name.
+
+Optional parts, found by their presence (a policy defines only what it needs):
+
+``reads``
+    What the score depends on beyond the pod's GPU request and the node's usage, free CPU and
+    memory: a set of :class:`Reads` (default: the pod's CPU request). The board reuses a
+    node's score for every pod that agrees on these, and for every node in the same state.
+``tiebreak(demand, state, allocation) -> float``
+    Within a node, among allocations of equal score: the lowest wins (then the lowest GPU
+    index). Without it the lowest GPU index wins.
+``normalize(scores) -> scores``
+    Rescales the scores of the nodes a pod may go to (min-max, for instance).
+``adjust(demand, scores, cluster) -> scores``
+    The whole cluster weighs in; scores are ``-inf`` where the pod does not fit and must stay
+    so. ``cluster`` (:class:`Cluster`) holds the cluster's histogram of free shares and each
+    node's move in it, worked out only for a policy that declares it reads them
+    (``Reads.GAPS``); its CPU; and, for a policy that declares ``Reads.GROUPS``, the same
+    histogram split by GPU group (model and sharing mode, :mod:`scheduler.core.groups`).
+``observe(demand)``
+    Told of each pod once, at its first sight (online policies learn here), and
+    ``version``, raised whenever what it learned changes its scores.
+
+A policy's options are a frozen dataclass (``options``, registered with it): the service's
+configuration validates them by field path, and the simulator passes a :class:`Context`
+(the run's seed, and the typical workload when one is known in advance) that a policy
+may use or ignore.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
-from typing import Any, ClassVar
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..allocation import Allocation
-from ..capacity import free_after
-from ..groups import GroupView
+from ..errors import ConfigError
+from ..fragmentation import TypicalWorkload
+from ..groups import Groups
 from ..request import Demand, GpuKind
 from ..state import NodeState
 
 
-class Policy:
-    """Base: choose the tightest allocation (least free share left on the GPUs it takes,
-    lowest index on ties) and score it with :meth:`score`."""
+class Reads(StrEnum):
+    """Parts of a pod a score may depend on."""
 
-    name: ClassVar[str] = ""
-    # Results depend only on (demand, node state): they may be cached per state.
-    cacheable: ClassVar[bool] = True
-    # Raise when learned parameters change, so cached results are not reused.
-    version: int = 0
-    # The node is a uniform draw among the feasible ones, whatever their state (random):
-    # a Scoreboard then caches only feasibility and lets draw() pick the winner.
-    uniform_choice: ClassVar[bool] = False
-    # Scores also weigh the whole cluster's histogram of GPU free shares: a Scoreboard then
-    # passes its cached scores through adjust() on every call (see Scoreboard.gaps).
-    gap_aware: ClassVar[bool] = False
-    # A gap_aware policy that also weighs the cluster by GPU group (model and sharing mode):
-    # the Scoreboard then calls adjust_groups() with a GroupView instead of adjust().
-    group_aware: ClassVar[bool] = False
-
-    def place_key(self, demand: Demand) -> Hashable:
-        """What of ``demand`` :meth:`place` depends on. Placements are cached per node state
-        under this key and reused for every demand that shares it (feasibility of the
-        pod's CPU and memory is checked separately). The default, the GPU request and the
-        CPU, fits policies that score CPU; none scores host memory."""
-        return (demand.gpu, demand.cpu_milli)
-
-    def place(self, demand: Demand, state: NodeState, allocations: Sequence[Allocation]) -> tuple[float, Allocation]:
-        alloc = tightest(state, allocations)
-        return self.score(demand, state, alloc), alloc
-
-    def score(self, demand: Demand, state: NodeState, alloc: Allocation) -> float:
-        raise NotImplementedError
-
-    def normalize(self, scores: list[float]) -> list[float]:
-        """Rescale raw scores over the candidate nodes (identity unless a policy needs it)."""
-        return scores
-
-    def observe(self, demand: Demand) -> None:
-        """Called once per pod that arrives, before it is scored (online policies learn here)."""
-
-    def adjust(self, demand: Demand, scores: np.ndarray, moves: np.ndarray, gaps: np.ndarray) -> np.ndarray:
-        """For ``gap_aware`` policies: every node's score (``-inf`` where the pod does not fit)
-        given the cluster. ``moves[:, j]`` is the (before, after) free level, in hundredths of a
-        GPU, of the one GPU the node's placement shares (-1 when it takes whole GPUs or several);
-        ``gaps[h]`` counts the cluster's GPUs whose free share is at level ``h``."""
-        return scores
-
-    def adjust_groups(
-        self, demand: Demand, scores: np.ndarray, moves: np.ndarray, gaps: np.ndarray, view: GroupView
-    ) -> np.ndarray:
-        """For ``group_aware`` policies: as :meth:`adjust`, with the cluster by GPU group
-        (``view.node_group[j]`` is the group of the node scored at position j)."""
-        return self.adjust(demand, scores, moves, gaps)
-
-    def draw(self, candidates: int) -> int:
-        """For ``uniform_choice`` policies: the winner's index among ``candidates`` feasible nodes."""
-        raise NotImplementedError
+    CPU = "cpu"  # the CPU request
+    CPU_WITHOUT_GPU = "cpu-without-gpu"  # the CPU request, of pods that ask for no GPU only
+    MEMORY = "memory"  # the memory request
+    PODS = "pods"  # the allocations of the pods already on the node (not only what they use)
+    GAPS = "gaps"  # in adjust: the cluster's free shares and each placement's move among them
+    GROUPS = "groups"  # in adjust: the free shares by GPU group, and each scored node's group
 
 
-def gpu_only_key(demand: Demand) -> Hashable:
-    """A :meth:`Policy.place_key` for policies that score a GPU pod by its GPU request alone."""
-    return (demand.gpu,) if demand.gpu.kind is not GpuKind.NONE else (demand.gpu, demand.cpu_milli)
+ALL_READS = frozenset({Reads.CPU})
 
 
-def tightest(state: NodeState, allocations: Sequence[Allocation]) -> Allocation:
-    if len(allocations) == 1:
-        return allocations[0]
-    return min(allocations, key=lambda a: free_after(state, a))
+@runtime_checkable
+class Policy(Protocol):
+    """The one method every policy has (see the module for the optional ones)."""
+
+    name: str
+
+    def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float: ...
 
 
-REGISTRY: dict[str, Callable[..., Policy]] = {}
+class Cluster(Protocol):
+    """What :meth:`adjust` may read of the cluster (worked out only when read)."""
+
+    @property
+    def gaps(self) -> np.ndarray:
+        """``gaps[h]``: how many GPUs of the cluster have a free share at level ``h`` (hundredths)."""
+
+    @property
+    def moves(self) -> np.ndarray:
+        """``moves[:, j]``: the (before, after) free level of the one GPU that node ``j``'s
+        placement shares; -1 when it takes whole GPUs, several GPUs, or none."""
+
+    @property
+    def cpu_milli(self) -> int:
+        """The allocatable CPU of the cluster's usable nodes, in milli-CPU."""
+
+    @property
+    def groups(self) -> Groups:
+        """The cluster by GPU group, for the nodes scored (read only by ``Reads.GROUPS`` policies)."""
 
 
-def register(cls: type[Policy]) -> type[Policy]:
-    if not cls.name or cls.name in REGISTRY:
-        raise ValueError(f"policy {cls.__name__} needs a unique name, got {cls.name!r}")
-    REGISTRY[cls.name] = cls
-    return cls
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What the face running a policy knows: the run's seed, and the typical workload when it
+    is known in advance (the simulator reads it from the whole trace, as the FGD paper does;
+    the service knows none)."""
+
+    seed: int = 0
+    workload: TypicalWorkload | None = None
 
 
-def make_policy(name: str, **options: Any) -> Policy:
-    """A policy by its config name; ValueError naming the accepted names if unknown."""
-    factory = REGISTRY.get(name)
-    if factory is None:
-        raise ValueError(f"unknown policy {name!r}; accepted: {', '.join(sorted(REGISTRY))}")
-    return factory(**options)
+@dataclass(frozen=True, slots=True)
+class NoOptions:
+    """A policy without options."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    make: Callable[[Any, Context], Policy]
+    options: type[Any]
+
+
+REGISTRY: dict[str, Entry] = {}
+
+
+def register(name: str, options: type[Any] = NoOptions) -> Callable[[Callable[[Any, Context], Policy]], Any]:
+    """Register ``make(options, context)`` under ``name`` with its options dataclass."""
+
+    def add(make: Callable[[Any, Context], Policy]) -> Any:
+        if not name or name in REGISTRY:
+            raise ValueError(f"policy {make!r} needs a unique name, got {name!r}")
+        if not dataclasses.is_dataclass(options):
+            raise TypeError(f"the options of policy {name} must be a dataclass")
+        REGISTRY[name] = Entry(make, options)
+        return make
+
+    return add
+
+
+def options_of(name: str) -> type[Any]:
+    """The options dataclass of policy ``name`` (ConfigError naming the accepted names if unknown)."""
+    return entry(name).options
+
+
+def entry(name: str) -> Entry:
+    found = REGISTRY.get(name)
+    if found is None:
+        raise ConfigError(f"unknown policy {name!r}; accepted: {', '.join(sorted(REGISTRY))}")
+    return found
+
+
+def make_policy(name: str, options: Any = None, context: Context | None = None) -> Policy:
+    """Policy ``name`` with ``options`` (its dataclass, a mapping of its fields, or None for the
+    defaults) and ``context``. ConfigError names an unknown policy or option."""
+    found = entry(name)
+    if options is None:
+        options = found.options()
+    elif isinstance(options, Mapping):
+        accepted = [f.name for f in dataclasses.fields(found.options)]
+        unknown = sorted(set(options) - set(accepted))
+        if unknown:
+            raise ConfigError(
+                f"policy {name}: unknown option {unknown[0]!r}; accepted: {', '.join(accepted) or 'none'}"
+            )
+        try:
+            options = found.options(**options)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"policy {name}: {exc}") from exc
+    elif not isinstance(options, found.options):
+        raise ConfigError(f"policy {name}: options must be {found.options.__name__}, got {type(options).__name__}")
+    return found.make(options, context or Context())
+
+
+def reads(policy: Policy) -> frozenset[Reads]:
+    """What of a pod ``policy``'s score depends on."""
+    declared: frozenset[Reads] | None = getattr(policy, "reads", None)
+    return ALL_READS if declared is None else declared
+
+
+def demand_key(policy: Policy, demand: Demand) -> tuple[Any, ...]:
+    """The parts of ``demand`` that ``policy``'s score reads (its GPU request always: whether it
+    fits at all depends on it): pods with equal keys score alike."""
+    parts = reads(policy)
+    cpu = Reads.CPU in parts or (Reads.CPU_WITHOUT_GPU in parts and demand.gpu.kind is GpuKind.NONE)
+    return (
+        demand.gpu,
+        demand.cpu_milli if cpu else None,
+        demand.memory_mib if Reads.MEMORY in parts else None,
+    )
+
+
+def version(policy: Policy) -> int:
+    value: int = getattr(policy, "version", 0)
+    return value

@@ -10,34 +10,42 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..allocation import Allocation
-from ..capacity import allocated_milli, node_free_milli
+from ..capacity import allocated_milli
 from ..request import Demand
 from ..state import NodeState
-from .base import Policy, register
+from .base import Context, NoOptions, register
+from .binpack import tightest
 
 MAX_CPU_MILLI = 128_000
 MAX_GPU_MILLI = 8_000
 
 
-def min_max(scores: list[float]) -> list[float]:
+def min_max(scores: np.ndarray) -> np.ndarray:
     """k8s-style normalisation: (s - min) * 100 // (max - min); all equal -> unchanged."""
-    if not scores:
+    if not len(scores):
         return scores
-    low, high = min(scores), max(scores)
+    low, high = float(scores.min()), float(scores.max())
     if high == low:
         return scores
-    return [float((s - low) * 100 // (high - low)) for s in scores]
+    return np.asarray((scores - low) * 100 // (high - low), dtype=np.float64)
 
 
-@register
-class BestFit(Policy):
+class BestFit:
     name = "bestfit"
+    tiebreak = staticmethod(tightest)
 
-    def score(self, demand: Demand, state: NodeState, alloc: Allocation) -> float:
-        cpu_left = (state.cpu_free - alloc.cpu_milli) / MAX_CPU_MILLI
-        gpu_left = (node_free_milli(state) - allocated_milli(alloc)) / MAX_GPU_MILLI
+    def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
+        cpu_left = (state.cpu_free - allocation.cpu_milli) / MAX_CPU_MILLI
+        gpu_left = (state.free_milli() - allocated_milli(allocation)) / MAX_GPU_MILLI
         return float(math.floor(100 * (1 - (0.5 * cpu_left + 0.5 * gpu_left))))
 
-    def normalize(self, scores: list[float]) -> list[float]:
+    def normalize(self, scores: np.ndarray) -> np.ndarray:
         return min_max(scores)
+
+
+@register("bestfit")
+def make(options: NoOptions, context: Context) -> BestFit:
+    return BestFit()

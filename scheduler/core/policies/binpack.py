@@ -1,36 +1,45 @@
 """binpack (MostAllocated): prefer the node whose GPUs are most used once the pod is placed.
 
-score = 100 * (capacity - free after) / capacity, in milli-GPU over the node's GPUs;
-for a pod without GPUs the same over the node's CPU. Packing keeps other nodes whole
-for large pods.
+score = floor(100 * (capacity - free after) / capacity), in milli-GPU over the node's GPUs;
+for a pod without GPUs the same over the node's CPU. Inside the node, the tightest GPU (the
+least free share left on the GPUs it takes). Packing keeps other nodes whole for large pods.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-
 from ..allocation import Allocation
-from ..capacity import allocated_milli, node_capacity_milli, node_free_milli
-from ..request import Demand
+from ..capacity import allocated_milli
+from ..request import MILLI, Demand
 from ..state import NodeState
-from .base import Policy, gpu_only_key, register
+from .base import Context, NoOptions, Reads, register
+
+READS = frozenset({Reads.CPU_WITHOUT_GPU})
 
 
 def utilisation_after(state: NodeState, alloc: Allocation) -> float:
-    capacity = node_capacity_milli(state)
+    """Percent of the node's GPU (or, for a pod without GPUs, CPU) in use once ``alloc`` is placed."""
+    capacity = MILLI * len(state.node.devices)
     if not alloc.shares or not capacity:
         cpu = state.node.cpu_milli
         return 100.0 * (state.cpu_milli + alloc.cpu_milli) / cpu if cpu else 0.0
-    used = capacity - node_free_milli(state) + allocated_milli(alloc)
+    used = capacity - state.free_milli() + allocated_milli(alloc)
     return 100.0 * min(capacity, used) / capacity
 
 
-@register
-class Binpack(Policy):
+def tightest(demand: Demand, state: NodeState, alloc: Allocation) -> float:
+    """The tiebreak of the packing policies: the free share left on the GPUs ``alloc`` takes."""
+    return float(state.free_after(alloc))
+
+
+class Binpack:
     name = "binpack"
+    reads = READS
+    tiebreak = staticmethod(tightest)
 
-    def place_key(self, demand: Demand) -> Hashable:
-        return gpu_only_key(demand)
+    def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
+        return float(int(utilisation_after(state, allocation)))
 
-    def score(self, demand: Demand, state: NodeState, alloc: Allocation) -> float:
-        return float(int(utilisation_after(state, alloc)))
+
+@register("binpack")
+def make(options: NoOptions, context: Context) -> Binpack:
+    return Binpack()

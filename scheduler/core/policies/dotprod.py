@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 
 from ..allocation import Allocation
-from ..capacity import allocated_milli, node_free_milli
+from ..capacity import allocated_milli
 from ..request import Demand
 from ..state import NodeState
-from .base import Policy, register
+from .base import Context, NoOptions, register
 from .bestfit import MAX_CPU_MILLI, MAX_GPU_MILLI
+from .binpack import tightest
 
 
 def dot_product_score(cpu_free: int, gpu_free: int, cpu_req: int, gpu_req: int) -> float:
@@ -28,9 +29,14 @@ def dot_product_score(cpu_free: int, gpu_free: int, cpu_req: int, gpu_req: int) 
     return float(math.floor(100.0 * (1.0 - dot / 2.0)))
 
 
-@register
-class DotProd(Policy):
+class DotProd:
     name = "dotprod"
+    tiebreak = staticmethod(tightest)
 
-    def score(self, demand: Demand, state: NodeState, alloc: Allocation) -> float:
-        return dot_product_score(state.cpu_free, node_free_milli(state), alloc.cpu_milli, allocated_milli(alloc))
+    def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
+        return dot_product_score(state.cpu_free, state.free_milli(), allocation.cpu_milli, allocated_milli(allocation))
+
+
+@register("dotprod")
+def make(options: NoOptions, context: Context) -> DotProd:
+    return DotProd()

@@ -15,7 +15,7 @@ near-equal placements tie and the balance below decides between them). Inside th
 every distinct candidate GPU or MIG slot is tried and the lowest C wins.
 
 For a pod that takes a share of one GPU, the cluster then weighs in (:meth:`adjust`, run
-by the Scoreboard on every call). A partly used GPU's free share is counted by its class:
+by the board on every call). A partly used GPU's free share is counted by its class:
 the largest share size seen so far that fits in it, in hundredths of a GPU (a 0.21 hole
 and a 0.19 hole are both of class 0.16 when the shares seen are 0.16, 0.32, 0.47 and
 0.81); a hole smaller than every share seen has no class and is not counted. Holes of
@@ -42,37 +42,36 @@ sizes took it for a rare and so harmless hole (default openb trace, seeds 42-51:
 unallocated against 4.06% by exact sizes).
 
 M and r are learned online from the pods seen so far (:class:`OnlineWorkload`), never
-from the trace in advance, and so are the share sizes that define the classes; each
-re-estimate of M raises :attr:`version` so cached scores are not reused. N is the
-cluster as it stands.
+from the trace in advance (the run's known workload, :class:`~.base.Context`, is ignored on
+purpose), and so are the share sizes that define the classes; each re-estimate of M raises
+:attr:`version` so cached scores are not reused. N is the cluster as it stands. Options
+(:class:`FgdCpuOptions`): the workload assumed until the first estimate, the two weights,
+and whether to learn at all (off only to pin a workload, in a test).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..allocation import Allocation
 from ..capacity import GAP_LEVELS, allocated_milli, gap_level
-from ..fragmentation import DEFAULT_WORKLOAD, Fragmentation, OnlineWorkload, TypicalWorkload
-from ..memo import intern
-from ..request import MILLI, Demand, GpuKind, GpuRequest
+from ..fragmentation import DEFAULT_WORKLOAD, Fragmentation, OnlineWorkload, Shape, TypicalWorkload, workload_of
+from ..request import Demand, GpuKind, GpuRequest
 from ..state import NodeState
-from .base import Policy, register
-from .fgd import distinct
+from .base import Cluster, Context, Reads, register
 
 DEFAULT_STRANDING_WEIGHT = 4.0
 DEFAULT_BALANCE_WEIGHT = 75.0
 SCORE_SCALE_MILLI = 2000.0
+NOMINAL_GPU_MIB = 81920  # a memory-only share is read against an 80 GiB GPU
 
 
 def nominal_milli(gpu: GpuRequest) -> int:
-    """A request's share of one GPU in milli-GPU; a memory-only share is read against an 80 GiB GPU."""
-    if gpu.kind is not GpuKind.SHARE:
-        return MILLI
-    return gpu.fraction_milli or gpu.compute_milli or min(MILLI, gpu.memory_mib * MILLI // 81920)
+    """A request's share of one GPU in milli-GPU (a memory-only share read against 80 GiB)."""
+    return gpu.per_gpu_milli(NOMINAL_GPU_MIB)
 
 
 def gpu_per_cpu(workload: TypicalWorkload) -> float:
@@ -87,33 +86,39 @@ def gpu_per_cpu(workload: TypicalWorkload) -> float:
     return gpu / cpu if cpu else 0.0
 
 
-@register
-class FgdCpu(Policy):
-    name = "fgd-cpu"
-    gap_aware = True
+@dataclass(frozen=True, slots=True)
+class FgdCpuOptions:
+    workload: tuple[Shape, ...] | None = None  # assumed until the first estimate (default: built in)
+    stranding_weight: float = DEFAULT_STRANDING_WEIGHT  # milli-GPU of cost per milli-GPU stranded
+    balance_weight: float = DEFAULT_BALANCE_WEIGHT  # score points per unit of balance rise per GPU (0: off)
+    learn: bool = True  # refine the workload from the pods seen
 
-    def __init__(
-        self,
-        prior: TypicalWorkload | None = None,
-        stranding_weight: float = DEFAULT_STRANDING_WEIGHT,
-        learn: bool = True,
-        balance_weight: float = DEFAULT_BALANCE_WEIGHT,
-    ) -> None:
-        """``prior``: the workload assumed until the first estimate (default: the built-in
-        one; deliberately not called ``workload``, which the simulator fills with the whole
-        trace's typical pods for FGD); ``learn``: refine it from the pods observed (turn off
-        only to pin a workload, for instance in a test); ``balance_weight``: score points per
-        unit change of the gap balance (0: off)."""
-        self.online = OnlineWorkload(prior or DEFAULT_WORKLOAD) if learn else None
-        self.stranding_weight = stranding_weight
-        self.balance_weight = balance_weight
+    def __post_init__(self) -> None:
+        for field in ("stranding_weight", "balance_weight"):
+            value = getattr(self, field)
+            if not 0 <= value < math.inf:
+                raise ValueError(f"{field} must be a finite number >= 0, got {value!r}")
+
+
+class FgdCpu:
+    name = "fgd-cpu"
+    reads = frozenset({Reads.CPU, Reads.GAPS})
+
+    def __init__(self, options: FgdCpuOptions) -> None:
+        prior = workload_of(options.workload) if options.workload else DEFAULT_WORKLOAD
+        self.online = OnlineWorkload(prior) if options.learn else None
+        self.stranding_weight = options.stranding_weight
+        self.balance_weight = options.balance_weight
         self.share_levels = np.zeros(GAP_LEVELS + 1, dtype=bool)  # the share sizes seen, in hundredths
+        self.version = 0
         self._classes: np.ndarray | None = None
-        self._adopt(prior or DEFAULT_WORKLOAD)
+        self._last: tuple[object, object, tuple[float, float]] = (None, None, (0.0, 0.0))
+        self._adopt(prior)
 
     def _adopt(self, workload: TypicalWorkload) -> None:
         self.fragmentation = Fragmentation(workload)
         self.ratio = gpu_per_cpu(workload)
+        self._last = (None, None, (0.0, 0.0))
 
     def observe(self, demand: Demand) -> None:
         if demand.gpu.kind is GpuKind.SHARE:
@@ -130,58 +135,28 @@ class FgdCpu(Policy):
             return 0.0
         return max(0.0, gpu_free - self.ratio * cpu_free)
 
-    def place(self, demand: Demand, state: NodeState, allocations: Sequence[Allocation]) -> tuple[float, Allocation]:
-        cpu_after = state.cpu_free - demand.cpu_milli
-        before = self._before(state)
-        best_cost = math.inf
-        best = 0
-        for i, frag_after, left in self._outcomes(demand, state, allocations, cpu_after):
-            cost = frag_after + self.stranding_weight * self.stranded(left, cpu_after)
-            if cost < best_cost:
-                best_cost, best = cost, i
-        return self._score(before - best_cost), allocations[best]
-
-    def _before(self, state: NodeState) -> float:
-        key = (self.fragmentation, "fgd-cpu before")
-        value: float | None = state.memo.get(key)
-        if value is None:
-            profiles = self.fragmentation.profiles(state)
-            gpu_free = sum(free for free, _ in profiles)
-            value = self.fragmentation.node_frag(state) + self.stranding_weight * self.stranded(
-                gpu_free, state.cpu_free
-            )
-            state.memo[key] = value
-        return value
-
-    def _outcomes(
-        self, demand: Demand, state: NodeState, allocations: Sequence[Allocation], cpu_after: int
-    ) -> list[tuple[int, float, float]]:
-        """(index, F after, GPU left on the node) per distinct allocation. F after depends on the
-        GPU request and on which typical shapes' CPU still fits, not on the exact CPU: memoised
-        on that coarser key, so pods that differ only in CPU share the work (S is added per pod)."""
+    def _costs(self, state: NodeState, allocation: Allocation) -> tuple[float, float]:
+        """C_before and C_after of placing ``allocation`` (the last answer is kept: the score
+        and the tiebreak of one placement ask one after the other)."""
+        if self._last[0] is state and self._last[1] is allocation:
+            return self._last[2]
         frag = self.fragmentation
-        key = (frag, "fgd-cpu", intern(demand.gpu), frag.cpu_level(cpu_after), len(allocations))
-        hit: list[tuple[int, float, float]] | None = state.memo.get(key)
-        if hit is None:
-            profiles = frag.profiles(state)
-            gpu_free = sum(free for free, _ in profiles)
-            hit = [
-                (
-                    i,
-                    frag.frag_after(state, alloc, profiles),
-                    gpu_free - allocated_milli(alloc),
-                )
-                for i, alloc in distinct(state, profiles, allocations)
-            ]
-            state.memo[key] = hit
-        return hit
+        profiles = frag.profiles(state)
+        gpu_free = sum(free for free, _ in profiles)
+        before = frag.frag(profiles, state.cpu_free) + self.stranding_weight * self.stranded(gpu_free, state.cpu_free)
+        cpu_after = state.cpu_free - allocation.cpu_milli
+        left = gpu_free - allocated_milli(allocation)
+        after = frag.frag_after(state, allocation, profiles) + self.stranding_weight * self.stranded(left, cpu_after)
+        self._last = (state, allocation, (before, after))
+        return before, after
 
-    def _cost_after(
-        self, state: NodeState, alloc: Allocation, profiles: list[tuple[int, int]], gpu_free: float
-    ) -> float:
-        frag_after = self.fragmentation.frag_after(state, alloc, profiles)
-        left = gpu_free - allocated_milli(alloc)
-        return frag_after + self.stranding_weight * self.stranded(left, state.cpu_free - alloc.cpu_milli)
+    def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
+        before, after = self._costs(state, allocation)
+        return self._score(before - after)
+
+    def tiebreak(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
+        """Inside the node the lowest cost wins, not just the best rounded score."""
+        return self._costs(state, allocation)[1]
 
     @staticmethod
     def _score(fall: float) -> float:
@@ -200,18 +175,22 @@ class FgdCpu(Policy):
             self._classes = np.concatenate([largest, [-1, -1]])
         return self._classes
 
-    def adjust(self, demand: Demand, scores: np.ndarray, moves: np.ndarray, gaps: np.ndarray) -> np.ndarray:
+    def adjust(self, demand: Demand, scores: np.ndarray, cluster: Cluster) -> np.ndarray:
         """Subtract the rise in the sum of squared class counts each placement causes.
 
-        ``gaps`` counts the cluster's GPUs per gap level; ``moves`` holds each placement's
-        (before, after) level of the GPU it shares, -1 for none. Moving one GPU from class a
-        to class b changes sum(N[c]^2) by (2 N[b] + 1) - (2 N[a] - 1), 0 when a = b, counting
-        only GPUs with a class (see :meth:`gap_classes`); the rise is read per GPU of the
-        cluster so the weight does not depend on its size.
+        ``cluster.gaps`` counts the cluster's GPUs per gap level; ``cluster.moves`` holds each
+        placement's (before, after) level of the GPU it shares, -1 for none. Moving one GPU
+        from class a to class b changes sum(N[c]^2) by (2 N[b] + 1) - (2 N[a] - 1), 0 when
+        a = b, counting only GPUs with a class (see :meth:`gap_classes`); the rise is read per
+        GPU of the cluster so the weight does not depend on its size.
         """
-        gpus = int(gaps.sum())
-        if not self.balance_weight or demand.gpu.kind is not GpuKind.SHARE or not gpus:
+        if not self.balance_weight or demand.gpu.kind is not GpuKind.SHARE:
             return scores
+        gaps = cluster.gaps
+        gpus = int(gaps.sum())
+        if not gpus:
+            return scores
+        moves = cluster.moves
         classes = self.gap_classes()
         of_level = classes[: GAP_LEVELS + 1]
         counted = of_level >= 0
@@ -222,9 +201,7 @@ class FgdCpu(Policy):
         adjusted = np.clip(scores - self.balance_weight * rise / gpus, 0.0, 100.0)
         return np.where(scores > -np.inf, adjusted, -np.inf)
 
-    def score(self, demand: Demand, state: NodeState, alloc: Allocation) -> float:
-        frag = self.fragmentation
-        profiles = frag.profiles(state)
-        gpu_free = sum(free for free, _ in profiles)
-        before = frag.node_frag(state) + self.stranding_weight * self.stranded(gpu_free, state.cpu_free)
-        return self._score(before - self._cost_after(state, alloc, profiles, gpu_free))
+
+@register("fgd-cpu", FgdCpuOptions)
+def make(options: FgdCpuOptions, context: Context) -> FgdCpu:
+    return FgdCpu(options)

@@ -15,14 +15,12 @@ Inside the node, the tightest GPU (lowest index on ties).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-
 from ..allocation import Allocation
-from ..capacity import node_free_milli
 from ..request import MILLI, Demand, GpuKind, GpuRequest
 from ..state import NodeState
-from .base import Policy, gpu_only_key, register
+from .base import Context, NoOptions, Reads, register
 from .bestfit import MAX_GPU_MILLI
+from .binpack import tightest
 
 SHARE_TAG = "share"
 
@@ -61,13 +59,16 @@ def clustering_score(tag: str | None, tags_on_node: set[str], gpu_left: int) -> 
     return float(base + (25 if not tags_on_node else 0))
 
 
-@register
-class GpuClustering(Policy):
+class GpuClustering:
     name = "gpuclustering"
+    reads = frozenset({Reads.PODS})
+    tiebreak = staticmethod(tightest)
 
-    def place_key(self, demand: Demand) -> Hashable:
-        return gpu_only_key(demand)
-
-    def score(self, demand: Demand, state: NodeState, alloc: Allocation) -> float:
+    def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
         tags = {t for _, a in state.pods if (t := allocation_tag(a)) is not None}
-        return clustering_score(request_tag(demand.gpu), tags, node_free_milli(state))
+        return clustering_score(request_tag(demand.gpu), tags, state.free_milli())
+
+
+@register("gpuclustering")
+def make(options: NoOptions, context: Context) -> GpuClustering:
+    return GpuClustering()

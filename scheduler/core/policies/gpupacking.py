@@ -12,18 +12,15 @@ count and the tightest GPUs the pod would take (lowest index on ties):
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-
 from ..allocation import Allocation
-from ..capacity import free_milli
 from ..request import MILLI, Demand, GpuKind
 from ..state import NodeState
-from .base import Policy, gpu_only_key, register
+from .base import Context, NoOptions, Reads, register
+from .binpack import tightest
 
 
 def packing_score(state: NodeState, alloc: Allocation) -> float:
-    node = state.node
-    lefts = [free_milli(d, u) for d, u in zip(node.devices, state.usage, strict=True)]
+    lefts = [f.milli for f in state.free()]
     fully_free = sum(1 for left in lefts if left == MILLI)
     if fully_free == len(lefts):
         return float(max(33 - fully_free, fully_free))
@@ -35,14 +32,17 @@ def packing_score(state: NodeState, alloc: Allocation) -> float:
     return float(max(100 - free_pct // 10, 50))
 
 
-@register
-class GpuPacking(Policy):
+class GpuPacking:
     name = "gpupacking"
+    reads: frozenset[Reads] = frozenset()
+    tiebreak = staticmethod(tightest)
 
-    def place_key(self, demand: Demand) -> Hashable:
-        return gpu_only_key(demand)
-
-    def score(self, demand: Demand, state: NodeState, alloc: Allocation) -> float:
+    def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
         if demand.gpu.kind is GpuKind.NONE:
             return 0.0
-        return packing_score(state, alloc)
+        return packing_score(state, allocation)
+
+
+@register("gpupacking")
+def make(options: NoOptions, context: Context) -> GpuPacking:
+    return GpuPacking()

@@ -1,38 +1,50 @@
 """random: one feasible node drawn uniformly (the FGD paper's baseline).
 
-Each feasible node gets a fresh uniform score in [0, 100); the highest wins, which is
-a uniform draw among them. Seeded, so a run repeats exactly; never cached. Inside the
-node, a uniform draw among the GPUs that fit. A Scoreboard skips the per-node scores
-(``uniform_choice``) and draws the winner among the feasible nodes directly: the same
-distribution for one random draw per pod instead of one per node.
+Every placement scores 0, and the cluster-wide adjustment replaces the scores of the nodes
+the pod fits by fresh uniform draws in [0, 100): the highest wins, a uniform draw among
+them. Inside the node, a uniform draw among the GPUs that fit (the tiebreak). Seeded by
+the run's seed (option ``seed`` overrides it), so a run repeats exactly.
 """
 
 from __future__ import annotations
 
 import random as _random
-from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
 
 from ..allocation import Allocation
 from ..request import Demand
 from ..state import NodeState
-from .base import Policy, register
+from .base import Cluster, Context, Reads, register
 
 
-@register
-class Random(Policy):
+@dataclass(frozen=True, slots=True)
+class RandomOptions:
+    seed: int | None = None  # default: the run's seed (0 in the service)
+
+
+class Random:
     name = "random"
-    cacheable = False
-    uniform_choice = True
+    reads: frozenset[Reads] = frozenset()
 
-    def __init__(self, seed: int = 0) -> None:
-        self._rng = _random.Random(seed)
+    def __init__(self, seed: int) -> None:
+        self._nodes = np.random.default_rng(seed)
+        self._gpus = _random.Random(seed)
 
-    def place(self, demand: Demand, state: NodeState, allocations: Sequence[Allocation]) -> tuple[float, Allocation]:
-        alloc = allocations[self._rng.randrange(len(allocations))] if len(allocations) > 1 else allocations[0]
-        return self.score(demand, state, alloc), alloc
+    def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
+        return 0.0
 
-    def score(self, demand: Demand, state: NodeState, alloc: Allocation) -> float:
-        return 100.0 * self._rng.random()
+    def tiebreak(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
+        return self._gpus.random()
 
-    def draw(self, candidates: int) -> int:
-        return self._rng.randrange(candidates)
+    def adjust(self, demand: Demand, scores: np.ndarray, cluster: Cluster) -> np.ndarray:
+        fits = scores > -np.inf
+        drawn = np.full(len(scores), -np.inf)
+        drawn[fits] = 100.0 * self._nodes.random(int(fits.sum()))
+        return drawn
+
+
+@register("random", RandomOptions)
+def make(options: RandomOptions, context: Context) -> Random:
+    return Random(context.seed if options.seed is None else options.seed)

@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..capacity import GAP_LEVELS
+from ..inventory import Device
+from ..request import MILLI, GpuKind, GpuRequest
 
 _LEVEL_MILLI = 1000 // GAP_LEVELS  # milli-GPU per gap level
 
@@ -76,8 +78,20 @@ def price(rho: np.ndarray, start: float) -> np.ndarray:
     return result
 
 
-def gpu_request_milli(count: int, per_gpu_milli: int) -> int:
-    return count * per_gpu_milli
+def milli_on(gpu: GpuRequest, device: Device) -> float:
+    """The milli-GPU a request takes on ``device``: 1000 per whole GPU, a MIG profile's compute
+    slices out of 7, a share the larger of its compute and its memory as parts of the GPU."""
+    if gpu.kind is GpuKind.NONE:
+        return 0.0
+    count = max(1, gpu.count)
+    if gpu.kind is GpuKind.WHOLE:
+        return float(MILLI * count)
+    if gpu.kind is GpuKind.MIG:
+        assert gpu.profile is not None
+        return MILLI * gpu.profile.compute_slices / 7
+    memory, compute = gpu.share_on(device)
+    per_gpu = max(compute, memory * MILLI / max(1, device.memory_mib))
+    return float(min(MILLI, per_gpu) * count)
 
 
 def squash(scores: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ bound to that node returns its allocation, and every change is reported through
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -19,17 +20,32 @@ from typing import Any
 
 import yaml
 
+from scheduler import logs
 from scheduler.backend import BindResult, Change, Decide, Kind, PodRef
 from scheduler.core.allocation import Allocation, decode_record, record_annotations
 from scheduler.core.errors import GpusliceError, RecordError
+from scheduler.core.pods import BOUND, holding_record, node_of, record_of
 from scheduler.core.request import DEFAULT_PREFIX
-
-from . import logs
 
 log = logs.get("filebackend")
 
+EXAMPLE = "example"  # ``--cluster-file example``: the example cluster shipped with the package
+
+
+def example_path() -> Path:
+    """The example cluster shipped with the package (usable after ``pip install``)."""
+    return Path(str(importlib.resources.files("scheduler") / "examples" / "cluster.yaml"))
+
+
+def resolve_cluster_file(value: str) -> Path:
+    """``value`` as a path; ``example`` (when no such file exists) is the shipped example cluster."""
+    path = Path(value)
+    if value == EXAMPLE and not path.exists():
+        return example_path()
+    return path
+
+
 LIST_KINDS = {"List": None, "NodeList": "Node", "PodList": "Pod"}
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 class ClusterFileError(GpusliceError):
@@ -124,11 +140,12 @@ class FileBackend:
         self._nodes, self._pods = parse_list(self.path, read_list(self.path))
         self._on_node: dict[str, set[str]] = {}  # node -> keys of the pods bound to it
         for key, pod in self._pods.items():
-            self._on_node.setdefault(_node_of(pod), set()).add(key)
+            self._on_node.setdefault(node_of(pod), set()).add(key)
         self._lock = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
         self._on_change: Callable[[Change], None] | None = None
         self._ready = False
+        self.events: list[tuple[str, str, str]] = []  # (node, reason, message): no cluster to record them in
 
     # ------------------------------------------------------------ Backend
 
@@ -151,6 +168,11 @@ class FileBackend:
         self._ready = False
         self._on_change = None
 
+    def node_event(self, node: str, reason: str, message: str) -> None:
+        """Kept in :attr:`events` (a cluster file has nowhere to write an Event); the log shows it."""
+        with self._lock:
+            self.events.append((node, reason, message))
+
     def bind(self, pod: PodRef, node: str, decide: Decide) -> BindResult:
         # Pod lock first, then node lock: the only order anything here takes them in.
         with self._serialised("pod:" + pod.key), self._serialised("node:" + node):
@@ -163,7 +185,7 @@ class FileBackend:
             uid = (obj.get("metadata") or {}).get("uid") or ""
             if pod.uid and uid and uid != pod.uid:
                 return BindResult(error=f"pod {pod.key} has uid {uid}, not {pod.uid}")
-            current = _node_of(obj)
+            current = node_of(obj)
             if current:
                 if current != node:
                     return BindResult(error=f"pod {pod.key} is already bound to node {current}")
@@ -173,12 +195,7 @@ class FileBackend:
                 return BindResult(error=f"pod {pod.key} is already on node {node} without a usable record")
             if not known:
                 return BindResult(error=f"node {node} not found")
-            # as the cache counts them: records of pods a gpuslice bind placed (bind-phase bound)
-            records = [
-                (k, text)
-                for k, p in on_node
-                if _live(p) and (text := self._record_text(p)) is not None and self._bound_by_us(p)
-            ]
+            records = [(k, text) for k, p in on_node if (text := holding_record(p, self.prefix)) is not None]
             decision = decide(records)
             if isinstance(decision, str):
                 return BindResult(error=decision)
@@ -189,7 +206,7 @@ class FileBackend:
             meta = dict(obj.get("metadata") or {})
             meta["annotations"] = {
                 **(meta.get("annotations") or {}),
-                **record_annotations(decision, self.prefix, "bound", self._clock()),
+                **record_annotations(decision, self.prefix, BOUND, self._clock()),
             }
             bound = {**obj, "metadata": meta, "spec": {**(obj.get("spec") or {}), "nodeName": node}}
             self._emit(Kind.POD, pod.key, bound)
@@ -239,9 +256,9 @@ class FileBackend:
             if kind is Kind.POD:
                 old = self._pods.get(key)
                 if old is not None:
-                    self._on_node.get(_node_of(old), set()).discard(key)
+                    self._on_node.get(node_of(old), set()).discard(key)
                 if obj is not None:
-                    self._on_node.setdefault(_node_of(obj), set()).add(key)
+                    self._on_node.setdefault(node_of(obj), set()).add(key)
             if obj is None:
                 store.pop(key, None)
             else:
@@ -257,27 +274,11 @@ class FileBackend:
         with lock:
             yield
 
-    def _record_text(self, obj: Mapping[str, Any]) -> str | None:
-        text = ((obj.get("metadata") or {}).get("annotations") or {}).get(self.prefix + "allocation")
-        return text if isinstance(text, str) else None
-
-    def _bound_by_us(self, obj: Mapping[str, Any]) -> bool:
-        return ((obj.get("metadata") or {}).get("annotations") or {}).get(self.prefix + "bind-phase") == "bound"
-
     def _record(self, key: str, obj: Mapping[str, Any]) -> Allocation | None:
-        text = self._record_text(obj)
+        text = record_of(obj, self.prefix)
         if text is None:
             return None
         try:
             return decode_record(text, key)
         except RecordError:
             return None
-
-
-def _node_of(obj: Mapping[str, Any]) -> str:
-    node = (obj.get("spec") or {}).get("nodeName")
-    return node if isinstance(node, str) else ""
-
-
-def _live(obj: Mapping[str, Any]) -> bool:
-    return (obj.get("status") or {}).get("phase") not in TERMINAL_PHASES

@@ -1,0 +1,757 @@
+"""The board: a cluster's node states, and what each pod shape needs of them, kept current.
+
+The extender and the simulator ask it the same questions, one entry point each:
+
+* :meth:`Board.filter` — per listed node, does the pod fit, and if not, why, and could it
+  ever (:class:`Outcomes`: ``FITS``, ``UNSCHEDULABLE`` with a reason, ``UNRESOLVABLE``
+  when the node could not take the pod even empty, or cannot be used at all);
+* :meth:`Board.scores` — per listed node, the policy's finished score (``-inf`` where the
+  pod does not fit);
+* :meth:`Board.best` — the winning placement over the whole cluster;
+* :meth:`Board.put` / :meth:`Board.remove` / :meth:`Board.put_problem` — what changed.
+
+Answers are those of :mod:`scheduler.core.select`, node by node. What the board keeps to
+give them quickly is its own business and lives here only: every node has a stamp, raised
+on each change; a table (of scores, of reasons, of unresolvable nodes) remembers per node
+the stamp it was worked out at, and only nodes whose stamps moved, among those asked
+about, are worked out again. Work is shared between nodes in the same state (by
+:meth:`signature`) and between pods that agree on what the policy reads
+(:func:`~scheduler.core.policies.base.demand_key`). A table is keyed by the policy, its
+``version`` and that key. Positions are stable: a node keeps its position until it
+leaves, and a new node takes a free one. Not thread-safe: callers serialise access.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from itertools import repeat
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from .capacity import GAP_LEVELS, DeviceUsage, Refusal, device_key
+from .fit import device_share, fit, host_reason, shortage
+from .groups import Groups, device_group, node_group
+from .inventory import Device, Node
+from .policies.base import Policy, Reads, demand_key, reads, version
+from .request import Demand, GpuKind, GpuRequest
+from .select import Placement, Scored, evaluate, finish, score_node
+from .state import NodeState
+
+UNKNOWN_NODE = "node unknown to gpuslice"
+
+
+class _Growing(Protocol):
+    def grow(self, size: int) -> None: ...
+
+
+T = TypeVar("T", bound=_Growing)
+
+
+class Status(IntEnum):
+    FITS = 0
+    UNSCHEDULABLE = 1  # does not fit now; could after pods leave
+    UNRESOLVABLE = 2  # could not fit even empty, or the node cannot be used at all
+
+
+@dataclass(frozen=True, slots=True)
+class Outcomes:
+    """Per listed node (in the order asked): its status and reason (an index into ``texts``, 0
+    when it fits), and the raw score where it fits (``-inf`` elsewhere)."""
+
+    status: np.ndarray  # int8
+    reason: np.ndarray  # int32, into texts
+    scores: np.ndarray  # float64
+    texts: Sequence[str]
+
+    def fits(self) -> np.ndarray:
+        fitting: np.ndarray = self.status == Status.FITS
+        return fitting
+
+    def reasons(self, names: Sequence[str], status: Status) -> dict[str, str]:
+        """``{name: reason}`` of the listed nodes with ``status``."""
+        texts = self.texts
+        return {names[i]: texts[self.reason[i]] for i in np.flatnonzero(self.status == status).tolist()}
+
+
+class _ScoreTable:
+    """Per node: the best score of one (policy, version, demand key), the gap move of that
+    placement, why the GPU request does not fit (a text id), and the node stamp they are
+    valid for. Per node signature, the same, shared by nodes in one state."""
+
+    __slots__ = ("by_signature", "moves", "reasons", "scores", "stamps")
+
+    def __init__(self, size: int) -> None:
+        self.scores = np.full(size, -np.inf)
+        self.moves = np.full((2, size), -1, dtype=np.int64)
+        self.reasons = np.zeros(size, dtype=np.int32)
+        self.stamps = np.full(size, -1, dtype=np.int64)
+        self.by_signature: dict[int, Scored | str] = {}
+
+    def grow(self, size: int) -> None:
+        extra = size - len(self.stamps)
+        if extra > 0:
+            self.scores = np.concatenate([self.scores, np.full(extra, -np.inf)])
+            self.moves = np.concatenate([self.moves, np.full((2, extra), -1, dtype=np.int64)], axis=1)
+            self.reasons = np.concatenate([self.reasons, np.zeros(extra, dtype=np.int32)])
+            self.stamps = np.concatenate([self.stamps, np.full(extra, -1, dtype=np.int64)])
+
+
+class _ReasonTable:
+    """Per node, why one full demand does not fit now (a text id, 0 when it fits), and the
+    node stamp it is valid for."""
+
+    __slots__ = ("reasons", "stamps")
+
+    def __init__(self, size: int) -> None:
+        self.reasons = np.zeros(size, dtype=np.int32)
+        self.stamps = np.full(size, -1, dtype=np.int64)
+
+    def grow(self, size: int) -> None:
+        extra = size - len(self.stamps)
+        if extra > 0:
+            self.reasons = np.concatenate([self.reasons, np.zeros(extra, dtype=np.int32)])
+            self.stamps = np.concatenate([self.stamps, np.full(extra, -1, dtype=np.int64)])
+
+
+class _Hosting:
+    """What each device state (by id, see ``Board._devs``) answers one GPU request: whether
+    the request's selectors allow the GPU, whether it can take one share, and if not why;
+    worked out only for the device states of the nodes asked about."""
+
+    __slots__ = ("allowed", "hosts", "known", "refusals")
+
+    def __init__(self) -> None:
+        self.known = np.ones(1, dtype=bool)  # id 0: no device
+        self.allowed = np.zeros(1, dtype=bool)
+        self.hosts = np.zeros(1, dtype=bool)
+        self.refusals: dict[int, Refusal] = {}  # the device states asked about that refuse
+
+    def grow(self, size: int) -> None:
+        """Nothing to do: :meth:`Board._hosted` works out device states as they appear."""
+
+
+class _Cluster:
+    """The :class:`~scheduler.core.policies.base.Cluster` a policy's ``adjust`` reads; the
+    moves and groups are gathered only when read."""
+
+    __slots__ = ("_board", "_moves", "_positions", "_table", "cpu_milli", "gaps")
+
+    def __init__(self, board: Board, table: _ScoreTable, positions: np.ndarray | None) -> None:
+        size = board._size
+        self._board = board
+        self.gaps = board._gaps
+        self.cpu_milli = board._cpu_total
+        self._table = table
+        self._positions = positions
+        self._moves: np.ndarray | None = table.moves[:, :size] if positions is None else None
+
+    @property
+    def groups(self) -> Groups:
+        board = self._board
+        positions = self._positions
+        if positions is None:
+            mine = board._node_group[: board._size]  # as the scores: every position, free ones -1
+        else:
+            mine = np.where(positions >= 0, board._node_group[np.maximum(positions, 0)], -1)
+        return Groups(
+            tuple(board._group_ids.values),  # type: ignore[arg-type]
+            board._group_gaps,
+            mine,
+            tuple(board._group_devices),
+            board._fits_empty_by_group,
+        )
+
+    @property
+    def moves(self) -> np.ndarray:
+        if self._moves is None:
+            assert self._positions is not None
+            positions = self._positions
+            moves = np.full((2, len(positions)), -1, dtype=np.int64)
+            where = positions >= 0
+            moves[:, where] = self._table.moves[:, positions[where]]
+            self._moves = moves
+        return self._moves
+
+
+class _Ids:
+    """Small ints for hashable values (node kinds, node signatures), so that arrays can hold
+    them and look-ups hash an int."""
+
+    __slots__ = ("_ids", "values")
+
+    def __init__(self) -> None:
+        self._ids: dict[Hashable, int] = {}
+        self.values: list[Hashable] = []
+
+    def of(self, value: Hashable) -> int:
+        found = self._ids.get(value)
+        if found is None:
+            found = self._ids[value] = len(self.values)
+            self.values.append(value)
+        return found
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+def _signature(kind: int, state: NodeState) -> Hashable:
+    """What a node's score can depend on (see Reads): nodes with equal signatures score alike."""
+    return (kind, state.usage, state.cpu_milli, state.memory_mib, len(state.pods))
+
+
+class Board:
+    _MAX_TABLES = 128  # per kind of table; a score table is about 36 bytes per node
+    _MAX_TEXTS = 100_000
+    _ID_SLACK = 4096  # ids past four per node (per GPU) and this many: numbered again
+
+    def __init__(self, states: Iterable[NodeState] = (), order: Mapping[str, int] | None = None) -> None:
+        self._order = dict(order or {})
+        self._states: list[NodeState | None] = []
+        self._index: dict[str, int] = {}
+        self._free_positions: list[int] = []
+        self._size = 0  # positions in use or free: the length that matters of every array
+        self._clock = 0  # the last stamp given
+        self._stamp = np.zeros(0, dtype=np.int64)  # raised on every change of the node
+        self._alive = np.zeros(0, dtype=bool)
+        self._cpu_free = np.zeros(0, dtype=np.int64)
+        self._memory_free = np.zeros(0, dtype=np.int64)
+        self._room = np.zeros(0, dtype=np.int64)
+        self._rank = np.zeros(0, dtype=np.float64)
+        self._problem = np.zeros(0, dtype=np.int32)  # text id of why the node cannot be used (0: it can)
+        self._kind = np.zeros(0, dtype=np.int64)  # node kind id (-1 for none)
+        self._signature = np.zeros(0, dtype=np.int64)  # node state signature id (-1 for none)
+        self._levels: list[list[int]] = []
+        self._gaps = np.zeros(GAP_LEVELS + 1, dtype=np.int64)
+        self._cpu_total = 0  # allocatable milli-CPU of the usable nodes
+        # The gap histogram split by GPU group (model, mode): see scheduler.core.groups.
+        self._group_ids = _Ids()
+        self._group_devices: list[Device] = []
+        self._group_gaps = np.zeros((0, GAP_LEVELS + 1), dtype=np.int64)
+        self._node_group = np.zeros(0, dtype=np.int64)  # per position, -1 without GPUs
+        self._dev_groups: list[list[int]] = []  # per position, the group of each GPU
+        self._kind_nodes: dict[int, Node] = {}  # a node of each kind (to fit pods on it empty)
+        # Each GPU of each node by its device state (kind, oversubscription, usage) as a small
+        # int, 0 for no GPU: GPUs in one state answer every fit question alike, so a request is
+        # worked out once per state (there are far fewer states than GPUs), then per node by
+        # counting with arrays.
+        self._devs = np.zeros((0, 0), dtype=np.int32)
+        self._dev_ids = _Ids()
+        self._dev_ids.of(None)
+        self._dev_states: list[tuple[Node, Device, DeviceUsage] | None] = [None]
+        self._hosting: OrderedDict[Hashable, _Hosting] = OrderedDict()
+        self._kinds = _Ids()
+        self._signatures = _Ids()
+        self._scores: OrderedDict[Hashable, _ScoreTable] = OrderedDict()
+        self._reasons: OrderedDict[Hashable, _ReasonTable] = OrderedDict()
+        self._never: OrderedDict[Hashable, np.ndarray] = OrderedDict()  # per demand, per kind: text id, -1 unknown
+        self._texts: list[str] = [""]
+        self._text_ids: dict[str, int] = {"": 0}
+        self.layout = 0  # raised when a node joins or leaves: positions of names change
+        self._names: tuple[int, list[str]] = (-1, [])
+        for state in states:
+            self.put(state)
+
+    # ------------------------------------------------------------ the cluster
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    @property
+    def states(self) -> list[NodeState]:
+        """The usable nodes' states, in position order."""
+        return [s for s in self._states if s is not None]
+
+    @property
+    def gaps(self) -> np.ndarray:
+        """How many GPUs of the cluster have each free share, in hundredths (index 0..100)."""
+        return self._gaps
+
+    def get(self, name: str) -> NodeState | None:
+        i = self._index.get(name)
+        return None if i is None else self._states[i]
+
+    def problem(self, name: str) -> str:
+        """Why node ``name`` cannot be used ("" if it can, or is unknown)."""
+        i = self._index.get(name)
+        return "" if i is None else self._texts[self._problem[i]]
+
+    def names(self) -> list[str]:
+        """Every node's name by position ("" for a free position); the same list object while
+        :attr:`layout` stays."""
+        if self._names[0] != self.layout:
+            out = [""] * self._size
+            for name, i in self._index.items():
+                out[i] = name
+            self._names = (self.layout, out)
+        return self._names[1]
+
+    def positions(self, names: Sequence[str]) -> np.ndarray:
+        """Each name's position (``-1`` if unknown); stable until :attr:`layout` changes."""
+        return np.fromiter(map(self._index.get, names, repeat(-1)), dtype=np.int64, count=len(names))
+
+    def put(self, state: NodeState) -> None:
+        """Add a node or replace its state."""
+        name = state.node.name
+        i = self._index.get(name)
+        if i is None:
+            i = self._join(name)
+        elif self._states[i] is state:
+            return
+        self._set(i, state, "")
+
+    def put_problem(self, name: str, problem: str) -> None:
+        """Node ``name`` exists but cannot be used, for ``problem``: it fits no pod until put again."""
+        i = self._index.get(name)
+        if i is None:
+            i = self._join(name)
+        self._set(i, None, problem)
+
+    def remove(self, name: str) -> None:
+        i = self._index.pop(name, None)
+        if i is None:
+            return
+        self._set(i, None, "")
+        self._alive[i] = False
+        self._free_positions.append(i)
+        self.layout += 1
+
+    def _join(self, name: str) -> int:
+        if self._free_positions:
+            i = self._free_positions.pop()
+        else:
+            i = self._size
+            if i >= len(self._stamp):
+                self._grow(max(16, 2 * len(self._stamp)))
+            self._size += 1
+        self._index[name] = i
+        self._alive[i] = True
+        self._rank[i] = self._order.get(name, len(self._order) + i)
+        self.layout += 1
+        return i
+
+    def _grow(self, capacity: int) -> None:
+        extra = capacity - len(self._stamp)
+
+        def more(array: np.ndarray, fill: Any) -> np.ndarray:
+            return np.concatenate([array, np.full(extra, fill, dtype=array.dtype)])
+
+        self._stamp = more(self._stamp, 0)
+        self._alive = more(self._alive, False)
+        self._cpu_free = more(self._cpu_free, 0)
+        self._memory_free = more(self._memory_free, 0)
+        self._room = more(self._room, 0)
+        self._rank = more(self._rank, 0.0)
+        self._problem = more(self._problem, 0)
+        self._kind = more(self._kind, -1)
+        self._signature = more(self._signature, -1)
+        self._node_group = more(self._node_group, -1)
+        self._devs = np.concatenate([self._devs, np.zeros((extra, self._devs.shape[1]), dtype=np.int32)])
+        self._states.extend([None] * extra)
+        self._levels.extend([[] for _ in range(extra)])
+        self._dev_groups.extend([[] for _ in range(extra)])
+
+    def _set(self, i: int, state: NodeState | None, problem: str) -> None:
+        for level, group in zip(self._levels[i], self._dev_groups[i], strict=True):
+            self._gaps[level] -= 1
+            self._group_gaps[group, level] -= 1
+        old = self._states[i]
+        if old is not None:
+            self._cpu_total -= old.node.cpu_milli
+        self._states[i] = state
+        self._problem[i] = self._text(problem) if problem else 0
+        self._clock += 1
+        self._stamp[i] = self._clock
+        if state is None:
+            self._levels[i] = []
+            self._dev_groups[i] = []
+            self._cpu_free[i] = self._memory_free[i] = self._room[i] = 0
+            self._kind[i] = self._signature[i] = self._node_group[i] = -1
+            self._devs[i] = 0
+            return
+        self._set_devices(i, state)
+        levels = state.gap_levels()
+        groups = [self._group_of(device) for device in state.node.devices]
+        for level, group in zip(levels, groups, strict=True):
+            self._gaps[level] += 1
+            self._group_gaps[group, level] += 1
+        self._levels[i] = levels
+        self._dev_groups[i] = groups
+        self._cpu_total += state.node.cpu_milli
+        own = node_group(state.node)
+        self._node_group[i] = -1 if own is None else self._group_ids.of(own)
+        self._cpu_free[i] = state.cpu_free
+        self._memory_free[i] = state.memory_free
+        self._room[i] = state.node.max_pods - len(state.pods)
+        kind = self._kinds.of(state.node.kind)
+        self._kind[i] = kind
+        self._kind_nodes.setdefault(kind, state.node)
+        self._signature[i] = self._signatures.of(_signature(kind, state))
+        slack = self._ID_SLACK
+        if len(self._signatures) > 4 * self._size + slack or len(self._dev_ids) > 4 * self._devs.size + slack:
+            self._compact()
+
+    def _group_of(self, device: Device) -> int:
+        """The group id of ``device`` (a new group gets a row of the group histogram)."""
+        ids = self._group_ids
+        known = len(ids)
+        group = ids.of(device_group(device))
+        if group == known:
+            self._group_devices.append(device)
+            self._group_gaps = np.vstack([self._group_gaps, np.zeros((1, GAP_LEVELS + 1), dtype=np.int64)])
+        return group
+
+    def _fits_empty_by_group(self, demand: Demand) -> np.ndarray:
+        """Per GPU group, whether ``demand`` fits some node of the group that is in the
+        cluster, were that node empty."""
+        alive = self._alive[: self._size]
+        kinds = self._kind[: self._size][alive]
+        groups = self._node_group[: self._size][alive]
+        has = (kinds >= 0) & (groups >= 0)
+        pairs = set(zip(kinds[has].tolist(), groups[has].tolist(), strict=True))
+        never = self._never_by_kind(demand, {k for k, _ in pairs})
+        out = np.zeros(len(self._group_ids), dtype=bool)
+        for kind, group in pairs:
+            if never[kind] == 0:
+                out[group] = True
+        return out
+
+    def _compact(self) -> None:
+        """Number the node signatures and device states again from those in use: states come
+        and go with every bind, and the tables of ids would otherwise grow for ever. What was
+        worked out per id goes with them."""
+        self._signatures = _Ids()
+        self._dev_ids = _Ids()
+        self._dev_ids.of(None)
+        self._dev_states = [None]
+        self._hosting.clear()
+        for table in self._scores.values():
+            table.by_signature.clear()
+        for i, state in enumerate(self._states):
+            if state is not None:
+                self._signature[i] = self._signatures.of(_signature(int(self._kind[i]), state))
+                self._set_devices(i, state)
+
+    def _set_devices(self, i: int, state: NodeState) -> None:
+        node = state.node
+        width = len(node.devices)
+        if width > self._devs.shape[1]:
+            grown = np.zeros((len(self._devs), width), dtype=np.int32)
+            grown[:, : self._devs.shape[1]] = self._devs
+            self._devs = grown
+        row = self._devs[i]
+        row[:] = 0
+        ids, states = self._dev_ids, self._dev_states
+        for g, (device, usage) in enumerate(zip(node.devices, state.usage, strict=True)):
+            key = device_key(node, device, usage)
+            known = len(ids)
+            row[g] = found = ids.of(key)
+            if found == known:
+                states.append((node, device, usage))
+
+    def _hosted(self, gpu: GpuRequest, rows: np.ndarray) -> _Hosting:
+        """The :class:`_Hosting` of ``gpu``, worked out for the device states in ``rows``."""
+        table = self._kept(self._hosting, gpu, lambda _size: _Hosting())
+        total = len(self._dev_ids)
+        extra = total - len(table.known)
+        if extra > 0:
+            table.known = np.concatenate([table.known, np.zeros(extra, dtype=bool)])
+            table.allowed = np.concatenate([table.allowed, np.zeros(extra, dtype=bool)])
+            table.hosts = np.concatenate([table.hosts, np.zeros(extra, dtype=bool)])
+        unknown = ~table.known[rows]
+        if unknown.any():
+            for device_id in set(rows[unknown].tolist()):
+                entry = self._dev_states[device_id]
+                assert entry is not None
+                node, device, usage = entry
+                allowed = gpu.allows_model(device.model.name) and gpu.allows_mode(device.mode)
+                result = device_share(gpu, node, device, usage)
+                refused = result if isinstance(result, Refusal) else None
+                table.allowed[device_id] = allowed
+                table.hosts[device_id] = allowed and refused is None
+                if refused is not None:
+                    table.refusals[device_id] = refused
+                table.known[device_id] = True
+        return table
+
+    def _gpu_fits(self, gpu: GpuRequest, positions: np.ndarray) -> np.ndarray:
+        """Per position, whether ``gpu`` finds enough GPUs (fit's own test, counted with arrays)."""
+        if gpu.kind is GpuKind.NONE:
+            fits: np.ndarray = self._kind[positions] >= 0
+            return fits
+        rows = self._devs[positions]
+        counts = self._hosted(gpu, rows).hosts[rows].sum(axis=1)
+        enough: np.ndarray = counts >= max(1, gpu.count)
+        return enough
+
+    def _gpu_reasons(self, gpu: GpuRequest, positions: np.ndarray) -> np.ndarray:
+        """Text ids of why ``gpu`` does not fit on each of ``positions`` (nodes with a state
+        where it does not): fit's own reason, asked once per node kind and row of device states."""
+        devices = self._devs[positions]
+        table = self._hosted(gpu, devices)
+        rows = np.column_stack([self._kind[positions].astype(np.int64), devices])
+        unique, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        texts = np.zeros(len(unique), dtype=np.int32)
+        for u in range(len(unique)):
+            state = self._states[int(positions[first[u]])]
+            assert state is not None
+            options = 0
+            refusals: list[Refusal] = []
+            for device_id in unique[u, 1 : 1 + len(state.node.devices)].tolist():
+                if not table.allowed[device_id]:
+                    continue
+                refused = table.refusals.get(device_id)
+                if refused is None:
+                    options += 1
+                else:
+                    refusals.append(refused)
+            texts[u] = self._text(shortage(gpu, state.node, options, refusals))
+        reasons: np.ndarray = texts[inverse.reshape(-1)]
+        return reasons
+
+    def _text(self, text: str) -> int:
+        found = self._text_ids.get(text)
+        if found is None:
+            if len(self._texts) > self._MAX_TEXTS:  # reasons name numbers: keep the table bounded
+                self._forget_texts()
+            found = self._text_ids[text] = len(self._texts)
+            self._texts.append(text)
+        return found
+
+    def _forget_texts(self) -> None:
+        problems = {i: self._texts[t] for i, t in enumerate(self._problem.tolist()) if t}
+        self._texts, self._text_ids = [""], {"": 0}
+        self._scores.clear()
+        self._reasons.clear()
+        self._never.clear()
+        for i, problem in problems.items():
+            self._problem[i] = self._text(problem)
+
+    # ------------------------------------------------------------ questions
+
+    def everyone(self) -> np.ndarray:
+        """The positions of every node, in position order."""
+        return np.flatnonzero(self._alive[: self._size])
+
+    def _kept(self, tables: OrderedDict[Hashable, T], key: Hashable, make: Callable[[int], T]) -> T:
+        """The table kept under ``key`` (made if new, the least recently used one dropped)."""
+        table = tables.get(key)
+        if table is None:
+            table = tables[key] = make(self._size)
+            if len(tables) > self._MAX_TABLES:
+                tables.popitem(last=False)
+        else:
+            tables.move_to_end(key)
+            table.grow(self._size)
+        return table
+
+    def _score_table(self, policy: Policy, demand: Demand, positions: np.ndarray | None) -> _ScoreTable:
+        """The score table of (policy, demand), brought up to date on ``positions`` (all known;
+        None: every position)."""
+        table = self._kept(self._scores, (policy, version(policy), demand_key(policy, demand)), _ScoreTable)
+        if positions is None:
+            n = self._size
+            stale = np.flatnonzero(table.stamps[:n] != self._stamp[:n])
+        else:
+            stale = positions[table.stamps[positions] != self._stamp[positions]]
+        if len(stale):
+            fits = self._gpu_fits(demand.gpu, stale)
+            out = stale[~fits]
+            table.scores[out] = -np.inf
+            table.moves[:, out] = -1
+            table.reasons[out] = -1  # worked out when asked (see _reasons_now)
+            work = stale[fits]
+            if len(work):
+                self._score(policy, demand, table, work)
+            table.stamps[stale] = self._stamp[stale]
+        return table
+
+    def _state(self, i: int) -> NodeState:
+        state = self._states[i]
+        assert state is not None, i
+        return state
+
+    def _score(self, policy: Policy, demand: Demand, table: _ScoreTable, work: np.ndarray) -> None:
+        """Score ``work`` (positions where the GPU request fits), once per node state: nodes
+        with one signature share the answer (unless the policy reads the pods themselves)."""
+        if Reads.PODS in reads(policy):
+            scored = [score_node(policy, demand, self._state(i)) for i in work.tolist()]
+            at = work
+        else:
+            memo = table.by_signature
+            if len(memo) > self._size // 2 + 256:
+                memo.clear()
+            slots: dict[int, int] = {}  # signature -> its place in scored
+            scored = []
+            places = []
+            for sig, i in zip(self._signature[work].tolist(), work.tolist(), strict=True):
+                place = slots.get(sig)
+                if place is None:
+                    found = memo.get(sig)
+                    if found is None:
+                        found = memo[sig] = score_node(policy, demand, self._state(i))
+                    place = slots[sig] = len(scored)
+                    scored.append(found)
+                places.append(place)
+            at = np.array(places, dtype=np.int64)
+        values = np.empty(len(scored))
+        moves = np.empty((2, len(scored)), dtype=np.int64)
+        for k, result in enumerate(scored):
+            assert not isinstance(result, str), result  # fit agrees with the counts of _gpu_fits
+            values[k] = result.score
+            moves[:, k] = result.move
+        if at is work:
+            table.scores[work], table.moves[:, work] = values, moves
+        else:
+            table.scores[work], table.moves[:, work] = values[at], moves[:, at]
+        table.reasons[work] = 0
+
+    def _raw(self, policy: Policy, demand: Demand, positions: np.ndarray | None) -> tuple[np.ndarray, _ScoreTable]:
+        """Raw scores per position (None: every position, in order, free ones never fitting),
+        ``-inf`` where the pod does not fit; and the score table."""
+        if positions is None:  # slices: no gathering of every array
+            n = self._size
+            table = self._score_table(policy, demand, None)
+            fits = (
+                self._alive[:n]
+                & (self._room[:n] > 0)
+                & (self._cpu_free[:n] >= demand.cpu_milli)
+                & (self._memory_free[:n] >= demand.memory_mib)
+            )
+            return np.where(fits, table.scores[:n], -np.inf), table
+        if 2 * len(positions) >= self._size:  # most of the cluster: work on slices, gather once
+            everywhere, table = self._raw(policy, demand, None)
+            return np.where(positions >= 0, everywhere[positions], -np.inf), table
+        where = positions >= 0
+        known = positions if where.all() else positions[where]
+        table = self._score_table(policy, demand, known)
+        fits = (
+            (self._room[known] > 0)
+            & (self._cpu_free[known] >= demand.cpu_milli)
+            & (self._memory_free[known] >= demand.memory_mib)
+        )
+        listed = np.where(fits, table.scores[known], -np.inf)
+        if known is positions:
+            return listed, table
+        scores = np.full(len(positions), -np.inf)
+        scores[where] = listed
+        return scores, table
+
+    def filter(self, policy: Policy, demand: Demand, positions: np.ndarray | None = None) -> Outcomes:
+        """Per position (all nodes if None; ``-1`` for a node unknown here): fits, or why not."""
+        positions = self.everyone() if positions is None else positions
+        scores, table = self._raw(policy, demand, positions)
+        status = np.zeros(len(positions), dtype=np.int8)
+        reason = np.zeros(len(positions), dtype=np.int32)
+        failing = np.flatnonzero(scores == -np.inf)
+        if len(failing):
+            at = positions[failing]
+            status[failing] = Status.UNSCHEDULABLE
+            unknown = at < 0
+            if unknown.any():
+                reason[failing[unknown]] = self._text(UNKNOWN_NODE)
+            known, at = failing[~unknown], at[~unknown]
+            never = self._never_fits(demand, at)
+            lost = never > 0
+            status[known[lost]] = Status.UNRESOLVABLE
+            reason[known[lost]] = never[lost]
+            reason[known[~lost]] = self._reasons_now(demand, at[~lost], table)
+        return Outcomes(status, reason, scores, self._texts)
+
+    def _reasons_now(self, demand: Demand, positions: np.ndarray, scored: _ScoreTable) -> np.ndarray:
+        """Why ``demand`` does not fit now on ``positions``, nodes it could fit empty (text ids)."""
+        table = self._kept(self._reasons, (demand.cpu_milli, demand.memory_mib, demand.gpu), _ReasonTable)
+        stale = positions[table.stamps[positions] != self._stamp[positions]]
+        gpu_side: list[int] = []
+        for i in stale.tolist():
+            state = self._states[i]
+            assert state is not None  # nodes without a state are never resolvable
+            host = host_reason(demand, state)
+            if host is not None:
+                table.reasons[i] = self._text(host)
+            elif scored.reasons[i] >= 0:
+                table.reasons[i] = scored.reasons[i]
+            else:
+                gpu_side.append(i)
+        if gpu_side:
+            at = np.array(gpu_side, dtype=np.int64)
+            table.reasons[at] = scored.reasons[at] = self._gpu_reasons(demand.gpu, at)
+        table.stamps[stale] = self._stamp[stale]
+        reasons: np.ndarray = table.reasons[positions]
+        return reasons
+
+    def _never_fits(self, demand: Demand, positions: np.ndarray) -> np.ndarray:
+        """Per position, the text id of why ``demand`` could not fit the node even empty, or of
+        why the node cannot be used (0: it could fit)."""
+        kinds = self._kind[positions]
+        has = kinds >= 0
+        by_kind = self._never_by_kind(demand, set(kinds[has].tolist()))
+        out = np.where(has, by_kind[np.where(has, kinds, 0)], 0).astype(np.int32)
+        none = ~has
+        if none.any():
+            problems = self._problem[positions[none]]
+            out[none] = np.where(problems > 0, problems, self._text(UNKNOWN_NODE))
+        return out
+
+    def _never_by_kind(self, demand: Demand, kinds: set[int]) -> np.ndarray:
+        """Per node kind, the text id of why ``demand`` could not fit a node of that kind even
+        empty (0: it could; -1: not worked out), worked out for ``kinds`` at least."""
+        key = (demand.cpu_milli, demand.memory_mib, demand.gpu)
+        by_kind = self._never.get(key)
+        if by_kind is None or len(by_kind) < len(self._kinds):
+            fresh = np.full(len(self._kinds), -1, dtype=np.int64)
+            if by_kind is not None:
+                fresh[: len(by_kind)] = by_kind
+            by_kind = self._never[key] = fresh
+            if len(self._never) > self._MAX_TABLES:
+                self._never.popitem(last=False)
+        else:
+            self._never.move_to_end(key)
+        for kind in kinds:
+            if by_kind[kind] < 0:
+                empty = fit(demand, NodeState.empty(self._kind_nodes[kind]))
+                by_kind[kind] = 0 if empty else self._text(empty.reason)
+        return by_kind
+
+    def scores(self, policy: Policy, demand: Demand, positions: np.ndarray | None = None) -> np.ndarray:
+        """Per position (all nodes if None), the policy's finished score: adjusted for the
+        cluster, normalised over the listed nodes that fit; ``-inf`` where the pod does not fit."""
+        if positions is None:
+            return self._finished(policy, demand, None)[self._alive[: self._size]]
+        return self._finished(policy, demand, positions)
+
+    def _finished(self, policy: Policy, demand: Demand, positions: np.ndarray | None) -> np.ndarray:
+        scores, table = self._raw(policy, demand, positions)
+        return finish(policy, demand, scores, _Cluster(self, table, positions))
+
+    def pick(self, scores: np.ndarray, positions: np.ndarray) -> int | None:
+        """Which of ``positions`` the highest of ``scores`` (one per position) goes to, as
+        :meth:`best` picks (ties: the lowest ``order``, then position); None if none fits."""
+        feasible = np.flatnonzero(scores > -np.inf)
+        if not len(feasible):
+            return None
+        values = scores[feasible]
+        top = feasible[values == values.max()]
+        if len(top) == 1:
+            return int(top[0])
+        return int(top[np.argmin(self._rank[positions[top]])])
+
+    def best(self, policy: Policy, demand: Demand) -> Placement | None:
+        """The winning placement over every node (ties: the lowest ``order``, then position)."""
+        if not self._index:
+            return None
+        scores = self._finished(policy, demand, None)
+        chosen = self.pick(scores, np.arange(self._size))
+        if chosen is None:
+            return None
+        state = self._states[chosen]
+        assert state is not None
+        result = evaluate(policy, demand, state)
+        assert not isinstance(result, str), result
+        return Placement(result.node, float(scores[chosen]), result.allocation)

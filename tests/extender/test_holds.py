@@ -1,0 +1,103 @@
+"""Prioritize holds the node it ranks first for the pod, until its bind arrives or the hold runs
+out: kube-scheduler filters the next pods before that bind, and they must not be steered to
+the same share (without holds, 43% of binds failed under kube-scheduler's asynchronous binds)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from scheduler.extender import wire
+from scheduler.extender.config import load_config
+from scheduler.extender.service import Extender
+from scheduler.filebackend import FileBackend
+
+from .kit import binding, cluster_file, filter_args, k8s_node, k8s_pod
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def served(tmp_path: Path, *pods: dict[str, Any], hold_s: float = 2.0) -> tuple[Extender, Clock]:
+    clock = Clock()
+    # x is fuller than y, so binpack ranks x first for a 0.5 GPU pod
+    busy = k8s_pod("busy", gpu_fraction="0.25", node=None)
+    path = cluster_file(tmp_path / "c.json", k8s_node("x", gpus=1), k8s_node("y", gpus=1), busy, *pods)
+    config = load_config(env={}, flags={"policy": "binpack", "hold_s": hold_s})
+    extender = Extender(config, FileBackend(path, config.prefix), clock=clock)
+    extender.start()
+    assert call(extender, "bind", binding(busy, "x")) == ""
+    return extender, clock
+
+
+def call(extender: Extender, verb: str, payload: dict[str, Any]) -> Any:
+    body = orjson.dumps(payload)
+    if verb == "filter":
+        return orjson.loads(extender.filter(wire.parse_args(body)))
+    if verb == "prioritize":
+        return orjson.loads(extender.prioritize(wire.parse_args(body)))
+    return extender.bind(wire.parse_binding(body))
+
+
+def passes(extender: Extender, pod: dict[str, Any]) -> list[str]:
+    return list(call(extender, "filter", filter_args(pod, ["x", "y"]))["NodeNames"] or [])
+
+
+def test_the_node_ranked_first_is_the_only_top_score_and_is_held(tmp_path: Path) -> None:
+    a, b = k8s_pod("a", gpu_fraction="0.5"), k8s_pod("b", gpu_fraction="0.5")
+    extender, _ = served(tmp_path, a, b)
+    assert passes(extender, a) == ["x", "y"]
+    # binpack: x (250 + 500) / 1000 = 75% -> 7.5 -> 8, y 50% -> 5: x is first and alone at 10
+    scores = call(extender, "prioritize", filter_args(a, ["x", "y"]))
+    assert scores == [{"Host": "x", "Score": 10}, {"Host": "y", "Score": 5}]
+    # b is filtered before a's bind arrives: x has 0.25 free for it (its 0.5 is held for a)
+    assert passes(extender, b) == ["y"]
+    assert call(extender, "bind", binding(a, "x")) == ""
+    assert passes(extender, b) == ["y"]  # now a holds it for good
+
+
+def test_a_hold_runs_out(tmp_path: Path) -> None:
+    a, b = k8s_pod("a", gpu_fraction="0.5"), k8s_pod("b", gpu_fraction="0.5")
+    extender, clock = served(tmp_path, a, b)
+    call(extender, "prioritize", filter_args(a, ["x", "y"]))
+    assert passes(extender, b) == ["y"]
+    clock.now += 1.9
+    assert passes(extender, b) == ["y"]
+    clock.now += 0.2  # a's bind never came
+    assert passes(extender, b) == ["x", "y"]
+    assert extender.cache.inflight() == {}
+
+
+def test_a_pods_own_hold_never_stands_in_its_way(tmp_path: Path) -> None:
+    a = k8s_pod("a", gpu_fraction="0.75")
+    extender, _ = served(tmp_path, a)
+    call(extender, "prioritize", filter_args(a, ["x", "y"]))  # x is held for a
+    assert passes(extender, a) == ["x", "y"]  # scheduled again (its bind failed, say)
+    assert call(extender, "prioritize", filter_args(a, ["x", "y"]))[0] == {"Host": "x", "Score": 10}
+
+
+def test_a_bind_elsewhere_or_a_failed_bind_lets_the_hold_go(tmp_path: Path) -> None:
+    a, b, c = (k8s_pod(n, gpu_fraction="0.75") for n in "abc")
+    extender, _ = served(tmp_path, a, b, c)
+    call(extender, "prioritize", filter_args(a, ["x", "y"]))  # x: (250 + 750) / 1000 -> 10, held for a
+    assert call(extender, "bind", binding(a, "y")) == ""  # kube-scheduler chose y after all
+    assert passes(extender, b) == ["x"]  # y has 0.25 left; x's 0.75 is free again
+    call(extender, "prioritize", filter_args(b, ["x"]))
+    assert passes(extender, c) == []  # x held for b
+    extender.backend.delete_pod("default/b")  # b goes before its bind: the bind fails
+    assert call(extender, "bind", binding(b, "x")) != ""
+    assert passes(extender, c) == ["x"]
+
+
+def test_holds_can_be_turned_off(tmp_path: Path) -> None:
+    a, b = k8s_pod("a", gpu_fraction="0.5"), k8s_pod("b", gpu_fraction="0.5")
+    extender, _ = served(tmp_path, a, b, hold_s=0)
+    call(extender, "prioritize", filter_args(a, ["x", "y"]))
+    assert passes(extender, b) == ["x", "y"]
