@@ -300,6 +300,7 @@ def test_the_same_trace_twice_is_refused(tmp_path: Path) -> None:
 
 def test_a_missing_input_names_the_data_folder(tmp_path: Path) -> None:
     file = sweep_folder(tmp_path, SWEEP)
+    (tmp_path / "elsewhere").mkdir()  # a folder that exists, without the sweep's inputs
     result = runner.invoke(app, ["sweep", str(file), "--data", str(tmp_path / "elsewhere"), "--out", str(tmp_path)])
     assert result.exit_code == 2
     assert "inputs[0]:" in result.output and "--data DIR" in result.output
