@@ -50,7 +50,7 @@ import numpy as np
 
 from ..fragmentation import DEFAULT_WORKLOAD, OnlineWorkload, workload_of
 from ..groups import Groups
-from ..request import Demand, GpuKind
+from ..request import Demand, GpuKind, GpuRequest
 from .base import Cluster, Context, Reads, register
 from .fgdcpu import SCORE_SCALE_MILLI, FgdCpu, FgdCpuOptions, nominal_milli
 from .reserve import free_by_group, milli_on, pressure, price, squash
@@ -102,6 +102,10 @@ class FgdReserve(FgdCpu):
         self._class_demands: list[Demand] = []  # one pod of each class (to widen its mask)
         self._masks = np.zeros((0, 0), dtype=bool)  # [class, group]: may the class use the group
         self._volumes = np.zeros(0)  # [class]: milli-GPU requested
+        # per demand: its class row and milli-GPU per group; per GPU request: milli-GPU per group
+        # (both for the groups as they are: forgotten when a group appears)
+        self._seen_demands: dict[Demand, tuple[int, float]] = {}
+        self._milli: dict[GpuRequest, np.ndarray] = {}
 
     def observe(self, demand: Demand) -> None:
         version = self.version
@@ -135,19 +139,32 @@ class FgdReserve(FgdCpu):
 
     # ------------------------------------------------------------ reservation
 
+    def _milli_per_group(self, gpu: GpuRequest, groups: Groups) -> np.ndarray:
+        found = self._milli.get(gpu)
+        if found is None:
+            found = self._milli[gpu] = np.array([milli_on(gpu, device) for device in groups.devices])
+        return found
+
     def _learn_classes(self, groups: Groups) -> None:
         width = len(groups.keys)
         if self._masks.shape[1] != width:  # a group appeared: every class's mask again
             self._masks = np.array([groups.allowed(d) for d in self._class_demands], dtype=bool).reshape(-1, width)
+            self._seen_demands.clear()
+            self._milli.clear()
         for d in self._pending:
-            allowed = groups.allowed(d)
-            row = self._class_rows.setdefault(allowed.tobytes(), len(self._class_rows))
-            if row == len(self._volumes):
-                self._masks = np.vstack([self._masks, allowed[None, :]])
-                self._volumes = np.append(self._volumes, 0.0)
-                self._class_demands.append(d)
-            milli = np.array([milli_on(d.gpu, device) for device in groups.devices])
-            self._volumes[row] += float(milli[allowed].mean() if allowed.any() else milli.mean())
+            known = self._seen_demands.get(d)
+            if known is None:
+                allowed = groups.allowed(d)
+                row = self._class_rows.setdefault(allowed.tobytes(), len(self._class_rows))
+                if row == len(self._volumes):
+                    self._masks = np.vstack([self._masks, allowed[None, :]])
+                    self._volumes = np.append(self._volumes, 0.0)
+                    self._class_demands.append(d)
+                milli = self._milli_per_group(d.gpu, groups)
+                known = (row, float(milli[allowed].mean() if allowed.any() else milli.mean()))
+                if len(self._seen_demands) < 100_000:
+                    self._seen_demands[d] = known
+            self._volumes[known[0]] += known[1]
         self._pending.clear()
 
     def adjust(self, demand: Demand, scores: np.ndarray, cluster: Cluster) -> np.ndarray:
@@ -162,7 +179,7 @@ class FgdReserve(FgdCpu):
         if not self._volumes.size or not len(groups.keys):
             return out
         rho = pressure(self._masks, self._volumes, free_by_group(groups.gaps))
-        cost = price(rho, self.options.reserve_start) * np.array([milli_on(demand.gpu, d) for d in groups.devices])
+        cost = price(rho, self.options.reserve_start) * self._milli_per_group(demand.gpu, groups)
         if not cost.any():
             return out
         mine = groups.node_group
