@@ -22,6 +22,7 @@ POLICIES = "bestfit, binpack, dotprod, fgd, fgd-cpu, fgd-reserve, gpuclustering,
 HOSTNAME = "/etc/hostname"  # a file every Linux machine has: readable, and not a PEM, not a folder
 NUMBER = "a whole number from 0 to 65535"
 INFLATE = "0 (as given) or a ratio up to 10, such as 1.3"
+COMPRESS = "a factor from 0.01 to 1000 (1: times as recorded), such as 4"
 SEEDS = "a seed (42), a list (42,43) or a range (42-51), at most 1000 seeds"
 URL = "a URL such as http://127.0.0.1:8686 (http or https, a host, an optional port)"
 
@@ -69,6 +70,9 @@ SIMULATE = [
     (["--inflate", "-1"], f"--inflate '-1': accepted: {INFLATE}"),
     (["--inflate", "11"], f"--inflate '11': accepted: {INFLATE}"),
     (["--inflate", "x"], f"--inflate 'x': accepted: {INFLATE}"),
+    (["--compress", "0"], f"--compress '0': accepted: {COMPRESS}"),
+    (["--compress", "inf"], f"--compress 'inf': accepted: {COMPRESS}"),
+    (["--compress", "fast"], f"--compress 'fast': accepted: {COMPRESS}"),
     (["--workers", "0"], "--workers '0': accepted: 1 or more"),
     (["--workers", "two"], "--workers 'two': accepted: 1 or more"),
     (["--seeds", ""], f"--seeds '': accepted: {SEEDS}"),
