@@ -120,3 +120,23 @@ def test_options_are_checked() -> None:
         FgdReserveOptions(cpu_bound_low=1.2, cpu_bound_high=1.1)
     with pytest.raises(ValueError, match="reserve_start"):
         FgdReserveOptions(reserve_start=1.0)
+
+
+def test_the_balance_stands_down_as_pods_leave() -> None:
+    # Free GPU from call to call, in hundredths: 400 (first sight), 300 (a placement took 100),
+    # 350 (a departure gave 50 back): freed / taken = 50 / 100 -> balance 75 x (1 - 0.5) = 37.5.
+    # Pods that only arrive (the FGD protocol) never give any back: the full weight.
+    reserve = policy()
+
+    def seen(*levels: int) -> None:
+        gaps = np.bincount(np.array(levels), minlength=101)
+        reserve.adjust(whole(), np.array([50.0]), Gaps(gaps, np.full((2, 1), -1)))
+
+    seen(100, 100, 100, 100)
+    assert reserve.balance_weight == 75.0
+    seen(100, 100, 100, 0)
+    assert reserve.balance_weight == 75.0
+    seen(100, 100, 100, 50)
+    assert reserve.balance_weight == pytest.approx(37.5)
+    seen(100, 100, 100, 100)  # another 50 back: as much given back as taken
+    assert reserve.balance_weight == 0.0

@@ -1,10 +1,11 @@
-"""fgd-reserve: fgd-cpu, plus a price on the GPU groups that pinned pods will need, and a
-stranding term that stands down when CPU, not GPU, will run out.
+"""fgd-reserve: fgd-cpu, plus a price on the GPU groups that pinned pods will need, a stranding
+term that stands down when CPU, not GPU, will run out, and a balance that stands down when
+pods leave.
 
 The node's own score is fgd-cpu's (:mod:`.fgdcpu`): the fall of C_n = F_n(M) + lambda * S_n,
 FGD's fragmentation against the typical workload M learned online plus the GPU the node
 strands for lack of CPU, and for a pod that shares one GPU the Sum-of-Squares balance of
-the cluster's holes. Two rules are added, both read from the cluster in ``adjust``.
+the cluster's holes. Three rules are added, all read from the cluster in ``adjust``.
 
 **Reservation.** A group is the GPUs of one model and sharing mode
 (:mod:`scheduler.core.groups`). A pod may use only the groups where it would fit an empty
@@ -38,6 +39,13 @@ capacity. Below ``cpu_bound_low`` the stranding weight is lambda; above ``cpu_bo
 wrong nodes); linear between, in eighths. kappa is worked out again at each re-estimate of
 M; a change of the weight raises :attr:`version`.
 
+**Departures.** The Sum-of-Squares balance is a rule for bins that only fill: a hole made
+now waits for a pod that fits it. When pods leave, holes open and close by themselves and the
+balance only spreads shares. The policy watches the cluster's free GPU from call to call:
+what it lost (placements) and what it gained (departures, or nodes joining); the balance
+weight is multiplied by 1 - gained / lost (1 while nothing leaves, as in the FGD protocol;
+near 0 in a steady state where as much leaves as arrives).
+
 Everything is learned from the pods seen so far and the cluster as it stands: nothing from
 the future, nothing per trace.
 """
@@ -48,6 +56,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..capacity import GAP_LEVELS
 from ..fragmentation import DEFAULT_WORKLOAD, OnlineWorkload, workload_of
 from ..groups import Groups
 from ..request import Demand, GpuKind, GpuRequest
@@ -57,6 +66,7 @@ from .reserve import free_by_group, milli_on, pressure, price, squash
 
 POINTS_PER_MILLI = 50.0 / SCORE_SCALE_MILLI  # fgd-cpu's scale near the middle
 STEPS = 8  # the CPU-bound factor moves in eighths
+LEVELS = np.arange(GAP_LEVELS + 1)  # a gap level's free share, in hundredths of a GPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +114,9 @@ class FgdReserve(FgdCpu):
         self._volumes = np.zeros(0)  # [class]: milli-GPU requested
         # per demand: its class row and milli-GPU per group; per GPU request: milli-GPU per group
         # (both for the groups as they are: forgotten when a group appears)
+        self._free = -1  # the cluster's free GPU at the last call, hundredths of a GPU (-1: none yet)
+        self._taken = 0  # free GPU the cluster lost between calls (placements), hundredths
+        self._freed = 0  # free GPU it gained (departures), hundredths
         self._seen_demands: dict[Demand, tuple[int, float]] = {}
         self._milli: dict[GpuRequest, np.ndarray] = {}
 
@@ -167,8 +180,22 @@ class FgdReserve(FgdCpu):
             self._volumes[known[0]] += known[1]
         self._pending.clear()
 
+    def _follow_departures(self, cluster: Cluster) -> None:
+        """The balance weight times 1 - freed / taken (see the module: departures)."""
+        free = int(cluster.gaps @ LEVELS)
+        if self._free >= 0:
+            change = free - self._free
+            if change > 0:
+                self._freed += change
+            else:
+                self._taken -= change
+        self._free = free
+        share = min(1.0, self._freed / self._taken) if self._taken else 0.0
+        self.balance_weight = self.options.balance_weight * (1.0 - share)
+
     def adjust(self, demand: Demand, scores: np.ndarray, cluster: Cluster) -> np.ndarray:
         """fgd-cpu's balance, then each node's group price (see the module)."""
+        self._follow_departures(cluster)
         out = super().adjust(demand, scores, cluster)
         if self._kappa_due:
             self._follow_cpu(cluster)
