@@ -208,8 +208,11 @@ class Fragmentation:
     """The fragmentation measure for one typical workload (memoised; not thread-safe by design:
     each worker owns its own, and the memo only ever caches pure results)."""
 
-    def __init__(self, workload: TypicalWorkload) -> None:
+    def __init__(self, workload: TypicalWorkload, hosted: dict[tuple[Any, ...], bool] | None = None) -> None:
+        """``hosted``: a memo of "can this device state take one share of this request", which
+        the successive workloads of one learner may share (it depends on neither)."""
         self.workload = workload
+        self._hosted = {} if hosted is None else hosted
         shapes = workload.shapes
         self._gpu_shapes = [(1 << i, d.gpu) for i, (d, _) in enumerate(shapes) if d.gpu.kind is not GpuKind.NONE]
         self._multi = [(1 << i, d.gpu.count) for i, (d, _) in enumerate(shapes) if d.gpu.count > 1]
@@ -234,8 +237,14 @@ class Fragmentation:
         if hit is not None:
             return hit
         bits = 0
+        hosted = self._hosted
         for bit, gpu in self._gpu_shapes:
-            if hosts(gpu, node, device, usage):
+            can = hosted.get((key, gpu))
+            if can is None:
+                if len(hosted) > _MEMO_LIMIT:
+                    hosted.clear()
+                can = hosted[(key, gpu)] = hosts(gpu, node, device, usage)
+            if can:
                 bits |= bit
         if len(self._devices) > _MEMO_LIMIT:
             self._devices.clear()

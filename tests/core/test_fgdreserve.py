@@ -123,8 +123,9 @@ def test_options_are_checked() -> None:
 
 
 def test_the_balance_stands_down_as_pods_leave() -> None:
-    # Free GPU from call to call, in hundredths: 400 (first sight), 300 (a placement took 100),
-    # 350 (a departure gave 50 back): freed / taken = 50 / 100 -> balance 75 x (1 - 0.5) = 37.5.
+    # Free GPU from call to call, in hundredths: 400 (first sight), 200 (placements took 200),
+    # 250 (a departure gave 50 back): held 200 - 50 = 150, freed / held = 1/3 -> balance
+    # 75 x (1 - 1/3) = 50; 300 (another 50): freed 100 = held 100 -> 0.
     # Pods that only arrive (the FGD protocol) never give any back: the full weight.
     reserve = policy()
 
@@ -134,9 +135,9 @@ def test_the_balance_stands_down_as_pods_leave() -> None:
 
     seen(100, 100, 100, 100)
     assert reserve.balance_weight == 75.0
-    seen(100, 100, 100, 0)
+    seen(100, 100, 0, 0)
     assert reserve.balance_weight == 75.0
-    seen(100, 100, 100, 50)
-    assert reserve.balance_weight == pytest.approx(37.5)
-    seen(100, 100, 100, 100)  # another 50 back: as much given back as taken
+    seen(100, 100, 50, 0)
+    assert reserve.balance_weight == pytest.approx(50.0)
+    seen(100, 100, 100, 0)
     assert reserve.balance_weight == 0.0

@@ -42,9 +42,10 @@ M; a change of the weight raises :attr:`version`.
 **Departures.** The Sum-of-Squares balance is a rule for bins that only fill: a hole made
 now waits for a pod that fits it. When pods leave, holes open and close by themselves and the
 balance only spreads shares. The policy watches the cluster's free GPU from call to call:
-what it lost (placements) and what it gained (departures, or nodes joining); the balance
-weight is multiplied by 1 - gained / lost (1 while nothing leaves, as in the FGD protocol;
-near 0 in a steady state where as much leaves as arrives).
+what it lost (placements) and what it gained (departures, or nodes joining). The balance
+weight is multiplied by 1 - freed / held, held = lost - freed being the GPU the pods placed
+since still hold: 1 while nothing leaves (the FGD protocol), 0 once as much has been freed as
+is held (after about one pod lifetime, holes are made by departures more than they wait).
 
 Everything is learned from the pods seen so far and the cluster as it stands: nothing from
 the future, nothing per trace.
@@ -181,7 +182,7 @@ class FgdReserve(FgdCpu):
         self._pending.clear()
 
     def _follow_departures(self, cluster: Cluster) -> None:
-        """The balance weight times 1 - freed / taken (see the module: departures)."""
+        """The balance weight times 1 - freed / held (see the module: departures)."""
         free = int(cluster.gaps @ LEVELS)
         if self._free >= 0:
             change = free - self._free
@@ -190,7 +191,8 @@ class FgdReserve(FgdCpu):
             else:
                 self._taken -= change
         self._free = free
-        share = min(1.0, self._freed / self._taken) if self._taken else 0.0
+        held = self._taken - self._freed
+        share = min(1.0, self._freed / held) if held > 0 else float(self._freed > 0)
         self.balance_weight = self.options.balance_weight * (1.0 - share)
 
     def adjust(self, demand: Demand, scores: np.ndarray, cluster: Cluster) -> np.ndarray:
