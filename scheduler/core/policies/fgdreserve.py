@@ -27,7 +27,7 @@ on an idle G2, but the first leaves a pinned T4 pod with nowhere to go and the G
 that GPU is lost twice. The price moves flexible pods off the groups pinned demand will
 fill, and costs nothing while pinned demand leaves room (rho below 0.5), nor to a pod
 pinned to one group (it pays the same wherever it can go). On the openb traces with 30-40%
-of the GPU pods pinned, unallocated GPU falls from 9-16% (FGD) to 4-7%.
+of the GPU pods pinned, unallocated GPU falls from 9-16% (FGD) to 4-8%.
 
 **CPU-bound stranding.** S_n counts GPU that the GPU pods of the mix could not use because
 the node's CPU runs out first; it pays to keep CPU beside free GPU only if the CPU is not
