@@ -30,6 +30,7 @@ INFLATE_ACCEPTED = f"0 (as given) or a ratio up to {MAX_INFLATE:g}, such as 1.3"
 DEFRAG_EVERY = (0.1, 525600.0)  # minutes: six seconds to a year of simulated time
 DEFRAG_EVERY_ACCEPTED = f"minutes of simulated time from {DEFRAG_EVERY[0]:g} to {DEFRAG_EVERY[1]:g}, such as 10"
 MIN_FALL_ACCEPTED = "milli-GPU, 0 or more, such as 500"
+COMPRESS_ACCEPTED = "a factor from 0.01 to 1000 (1: times as recorded), such as 4"
 
 
 def inflate_option(text: str | None) -> float | None:
@@ -73,10 +74,17 @@ def simulate(
         str | None,
         typer.Option(
             metavar="RATIO",
-            help="Arrivals: grow the workload to this x GPU capacity "
-            f"(default: the input's own, 1.3 for openb; 0: as given; at most {MAX_INFLATE:g}).",
+            help="Grow the workload to this x GPU capacity (arrivals default: the input's own, "
+            f"1.3 for openb; timed: only when given; 0: as given; at most {MAX_INFLATE:g}).",
         ),
     ] = None,
+    compress: Annotated[
+        str,
+        typer.Option(
+            metavar="FACTOR",
+            help="Timed: divide creation times by this factor, durations kept (the load rises).",
+        ),
+    ] = "1",
     replay: Annotated[
         str | None,
         typer.Option(
@@ -124,6 +132,7 @@ def simulate(
 ) -> None:
     """Replay traces or scenarios through the packing core and compare policies."""
     ratio = inflate_option(inflate)
+    factor = opt.ratio("--compress", compress, 0.01, 1000.0, COMPRESS_ACCEPTED)
     processes = None if workers is None else opt.whole("--workers", workers, 1, 4096, "1 or more")
     if with_bound and replay is not None and replay.strip().lower() == "timed":
         raise UsageError("--bound with --replay timed: the LP bound covers arrivals only; drop one of them")
@@ -156,6 +165,7 @@ def simulate(
         defrag_budget,
         every,
         min_fall,
+        compress=factor,
     )
 
 

@@ -34,6 +34,7 @@ import numpy as np
 
 from .capacity import GAP_LEVELS, DeviceUsage, Refusal, device_key
 from .fit import device_share, fit, host_reason, shortage
+from .groups import Groups, device_group, node_group
 from .inventory import Device, Node
 from .policies.base import Policy, Reads, demand_key, reads, version
 from .request import Demand, GpuKind, GpuRequest
@@ -135,15 +136,34 @@ class _Hosting:
 
 class _Cluster:
     """The :class:`~scheduler.core.policies.base.Cluster` a policy's ``adjust`` reads; the
-    moves are gathered only when read."""
+    moves and groups are gathered only when read."""
 
-    __slots__ = ("_moves", "_positions", "_table", "gaps")
+    __slots__ = ("_board", "_moves", "_positions", "_table", "cpu_milli", "gaps")
 
-    def __init__(self, gaps: np.ndarray, table: _ScoreTable, positions: np.ndarray | None, size: int) -> None:
-        self.gaps = gaps
+    def __init__(self, board: Board, table: _ScoreTable, positions: np.ndarray | None) -> None:
+        size = board._size
+        self._board = board
+        self.gaps = board._gaps
+        self.cpu_milli = board._cpu_total
         self._table = table
         self._positions = positions
         self._moves: np.ndarray | None = table.moves[:, :size] if positions is None else None
+
+    @property
+    def groups(self) -> Groups:
+        board = self._board
+        positions = self._positions
+        if positions is None:
+            mine = board._node_group[: board._size]  # as the scores: every position, free ones -1
+        else:
+            mine = np.where(positions >= 0, board._node_group[np.maximum(positions, 0)], -1)
+        return Groups(
+            tuple(board._group_ids.values),  # type: ignore[arg-type]
+            board._group_gaps,
+            mine,
+            tuple(board._group_devices),
+            board._fits_empty_by_group,
+        )
 
     @property
     def moves(self) -> np.ndarray:
@@ -206,6 +226,14 @@ class Board:
         self._signature = np.zeros(0, dtype=np.int64)  # node state signature id (-1 for none)
         self._levels: list[list[int]] = []
         self._gaps = np.zeros(GAP_LEVELS + 1, dtype=np.int64)
+        self._cpu_total = 0  # allocatable milli-CPU of the usable nodes
+        # The gap histogram split by GPU group (model, mode): see scheduler.core.groups.
+        self._group_ids = _Ids()
+        self._group_devices: list[Device] = []
+        self._group_gaps = np.zeros((0, GAP_LEVELS + 1), dtype=np.int64)
+        self._node_group = np.zeros(0, dtype=np.int64)  # per position, -1 without GPUs
+        self._dev_groups: list[list[int]] = []  # per position, the group of each GPU
+        self._kind_nodes: dict[int, Node] = {}  # a node of each kind (to fit pods on it empty)
         # Each GPU of each node by its device state (kind, oversubscription, usage) as a small
         # int, 0 for no GPU: GPUs in one state answer every fit question alike, so a request is
         # worked out once per state (there are far fewer states than GPUs), then per node by
@@ -323,37 +351,76 @@ class Board:
         self._problem = more(self._problem, 0)
         self._kind = more(self._kind, -1)
         self._signature = more(self._signature, -1)
+        self._node_group = more(self._node_group, -1)
         self._devs = np.concatenate([self._devs, np.zeros((extra, self._devs.shape[1]), dtype=np.int32)])
         self._states.extend([None] * extra)
         self._levels.extend([[] for _ in range(extra)])
+        self._dev_groups.extend([[] for _ in range(extra)])
 
     def _set(self, i: int, state: NodeState | None, problem: str) -> None:
-        for level in self._levels[i]:
+        for level, group in zip(self._levels[i], self._dev_groups[i], strict=True):
             self._gaps[level] -= 1
+            self._group_gaps[group, level] -= 1
+        old = self._states[i]
+        if old is not None:
+            self._cpu_total -= old.node.cpu_milli
         self._states[i] = state
         self._problem[i] = self._text(problem) if problem else 0
         self._clock += 1
         self._stamp[i] = self._clock
         if state is None:
             self._levels[i] = []
+            self._dev_groups[i] = []
             self._cpu_free[i] = self._memory_free[i] = self._room[i] = 0
-            self._kind[i] = self._signature[i] = -1
+            self._kind[i] = self._signature[i] = self._node_group[i] = -1
             self._devs[i] = 0
             return
         self._set_devices(i, state)
         levels = state.gap_levels()
-        for level in levels:
+        groups = [self._group_of(device) for device in state.node.devices]
+        for level, group in zip(levels, groups, strict=True):
             self._gaps[level] += 1
+            self._group_gaps[group, level] += 1
         self._levels[i] = levels
+        self._dev_groups[i] = groups
+        self._cpu_total += state.node.cpu_milli
+        own = node_group(state.node)
+        self._node_group[i] = -1 if own is None else self._group_ids.of(own)
         self._cpu_free[i] = state.cpu_free
         self._memory_free[i] = state.memory_free
         self._room[i] = state.node.max_pods - len(state.pods)
         kind = self._kinds.of(state.node.kind)
         self._kind[i] = kind
+        self._kind_nodes.setdefault(kind, state.node)
         self._signature[i] = self._signatures.of(_signature(kind, state))
         slack = self._ID_SLACK
         if len(self._signatures) > 4 * self._size + slack or len(self._dev_ids) > 4 * self._devs.size + slack:
             self._compact()
+
+    def _group_of(self, device: Device) -> int:
+        """The group id of ``device`` (a new group gets a row of the group histogram)."""
+        ids = self._group_ids
+        known = len(ids)
+        group = ids.of(device_group(device))
+        if group == known:
+            self._group_devices.append(device)
+            self._group_gaps = np.vstack([self._group_gaps, np.zeros((1, GAP_LEVELS + 1), dtype=np.int64)])
+        return group
+
+    def _fits_empty_by_group(self, demand: Demand) -> np.ndarray:
+        """Per GPU group, whether ``demand`` fits some node of the group that is in the
+        cluster, were that node empty."""
+        alive = self._alive[: self._size]
+        kinds = self._kind[: self._size][alive]
+        groups = self._node_group[: self._size][alive]
+        has = (kinds >= 0) & (groups >= 0)
+        pairs = set(zip(kinds[has].tolist(), groups[has].tolist(), strict=True))
+        never = self._never_by_kind(demand, {k for k, _ in pairs})
+        out = np.zeros(len(self._group_ids), dtype=bool)
+        for kind, group in pairs:
+            if never[kind] == 0:
+                out[group] = True
+        return out
 
     def _compact(self) -> None:
         """Number the node signatures and device states again from those in use: states come
@@ -622,6 +689,19 @@ class Board:
     def _never_fits(self, demand: Demand, positions: np.ndarray) -> np.ndarray:
         """Per position, the text id of why ``demand`` could not fit the node even empty, or of
         why the node cannot be used (0: it could fit)."""
+        kinds = self._kind[positions]
+        has = kinds >= 0
+        by_kind = self._never_by_kind(demand, set(kinds[has].tolist()))
+        out = np.where(has, by_kind[np.where(has, kinds, 0)], 0).astype(np.int32)
+        none = ~has
+        if none.any():
+            problems = self._problem[positions[none]]
+            out[none] = np.where(problems > 0, problems, self._text(UNKNOWN_NODE))
+        return out
+
+    def _never_by_kind(self, demand: Demand, kinds: set[int]) -> np.ndarray:
+        """Per node kind, the text id of why ``demand`` could not fit a node of that kind even
+        empty (0: it could; -1: not worked out), worked out for ``kinds`` at least."""
         key = (demand.cpu_milli, demand.memory_mib, demand.gpu)
         by_kind = self._never.get(key)
         if by_kind is None or len(by_kind) < len(self._kinds):
@@ -633,21 +713,11 @@ class Board:
                 self._never.popitem(last=False)
         else:
             self._never.move_to_end(key)
-        kinds = self._kind[positions]
-        has = kinds >= 0
-        missing = set(kinds[has][by_kind[kinds[has]] < 0].tolist())
-        for kind in missing:
-            j = int(np.flatnonzero(kinds == kind)[0])
-            state = self._states[int(positions[j])]
-            assert state is not None
-            empty = fit(demand, NodeState.empty(state.node))
-            by_kind[kind] = 0 if empty else self._text(empty.reason)
-        out = np.where(has, by_kind[np.where(has, kinds, 0)], 0).astype(np.int32)
-        none = ~has
-        if none.any():
-            problems = self._problem[positions[none]]
-            out[none] = np.where(problems > 0, problems, self._text(UNKNOWN_NODE))
-        return out
+        for kind in kinds:
+            if by_kind[kind] < 0:
+                empty = fit(demand, NodeState.empty(self._kind_nodes[kind]))
+                by_kind[kind] = 0 if empty else self._text(empty.reason)
+        return by_kind
 
     def scores(self, policy: Policy, demand: Demand, positions: np.ndarray | None = None) -> np.ndarray:
         """Per position (all nodes if None), the policy's finished score: adjusted for the
@@ -658,7 +728,7 @@ class Board:
 
     def _finished(self, policy: Policy, demand: Demand, positions: np.ndarray | None) -> np.ndarray:
         scores, table = self._raw(policy, demand, positions)
-        return finish(policy, demand, scores, _Cluster(self._gaps, table, positions, self._size))
+        return finish(policy, demand, scores, _Cluster(self, table, positions))
 
     def pick(self, scores: np.ndarray, positions: np.ndarray) -> int | None:
         """Which of ``positions`` the highest of ``scores`` (one per position) goes to, as

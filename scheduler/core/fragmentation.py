@@ -129,7 +129,9 @@ class OnlineWorkload:
     estimate stands still. Until the first estimate, ``initial`` stands in.
     (On the openb default trace the early estimates decide much: with fgd-cpu, a first
     estimate at 256 pods instead of 16 cost 0.3 point of unallocated GPU, growth 1.5
-    instead of doubling gained 0.06, and a tolerance of 0.05 cost 0.15.)
+    instead of doubling gained 0.06, and a tolerance of 0.05 cost 0.15.) From ``settle``
+    pods on, the count must grow by ``late_growth`` instead: the estimate has settled, and
+    each new one throws away every cached score.
     """
 
     def __init__(
@@ -139,13 +141,20 @@ class OnlineWorkload:
         tolerance: float = 0.0,
         first: int = 4,
         growth: float = 1.5,
+        settle: int = 0,
+        late_growth: float | None = None,
     ) -> None:
-        if first < 1 or growth <= 1.0:
-            raise ValueError(f"OnlineWorkload needs first >= 1 and growth > 1, got {first} and {growth}")
+        if first < 1 or growth <= 1.0 or (late_growth is not None and late_growth <= 1.0):
+            raise ValueError(
+                f"OnlineWorkload needs first >= 1 and growth > 1 (late growth too), "
+                f"got {first}, {growth}, {late_growth}"
+            )
         self.workload = initial
         self.coverage = coverage
         self.tolerance = tolerance
         self.growth = growth
+        self.settle = settle  # from this many pods on, the estimate is made by late_growth steps
+        self.late_growth = late_growth or growth
         self.seen: Counter[Demand] = Counter()
         self._count = 0
         self._next = first
@@ -157,7 +166,8 @@ class OnlineWorkload:
         self._count += 1
         if self._count < self._next:
             return False
-        self._next = max(self._next + 1, int(self._next * self.growth))
+        growth = self.late_growth if self._count >= self.settle else self.growth
+        self._next = max(self._next + 1, int(self._next * growth))
         estimate = TypicalWorkload.from_demands(self.seen.elements(), self.coverage)
         if self._learned and total_variation(estimate, self.workload) <= self.tolerance:
             return False
@@ -198,8 +208,11 @@ class Fragmentation:
     """The fragmentation measure for one typical workload (memoised; not thread-safe by design:
     each worker owns its own, and the memo only ever caches pure results)."""
 
-    def __init__(self, workload: TypicalWorkload) -> None:
+    def __init__(self, workload: TypicalWorkload, hosted: dict[tuple[Any, ...], bool] | None = None) -> None:
+        """``hosted``: a memo of "can this device state take one share of this request", which
+        the successive workloads of one learner may share (it depends on neither)."""
         self.workload = workload
+        self._hosted = {} if hosted is None else hosted
         shapes = workload.shapes
         self._gpu_shapes = [(1 << i, d.gpu) for i, (d, _) in enumerate(shapes) if d.gpu.kind is not GpuKind.NONE]
         self._multi = [(1 << i, d.gpu.count) for i, (d, _) in enumerate(shapes) if d.gpu.count > 1]
@@ -224,8 +237,14 @@ class Fragmentation:
         if hit is not None:
             return hit
         bits = 0
+        hosted = self._hosted
         for bit, gpu in self._gpu_shapes:
-            if hosts(gpu, node, device, usage):
+            can = hosted.get((key, gpu))
+            if can is None:
+                if len(hosted) > _MEMO_LIMIT:
+                    hosted.clear()
+                can = hosted[(key, gpu)] = hosts(gpu, node, device, usage)
+            if can:
                 bits |= bit
         if len(self._devices) > _MEMO_LIMIT:
             self._devices.clear()

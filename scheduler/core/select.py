@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ import numpy as np
 from .allocation import Allocation
 from .capacity import GAP_LEVELS, add_share, device_key, free, gap_level
 from .fit import gpu_fit, host_reason
+from .groups import Groups, groups_of
 from .policies.base import Policy, Reads, reads
 from .request import Demand, GpuKind
 from .state import NodeState
@@ -134,12 +136,26 @@ class Ranking:
     failures: dict[str, str]  # node -> reason
 
 
-@dataclass(frozen=True, slots=True)
 class Gaps:
-    """A :class:`~scheduler.core.policies.base.Cluster` of given arrays."""
+    """A :class:`~scheduler.core.policies.base.Cluster` of given arrays, for the nodes
+    ``scored`` of ``cluster`` (its groups worked out when read)."""
 
-    gaps: np.ndarray
-    moves: np.ndarray
+    def __init__(
+        self,
+        gaps: np.ndarray,
+        moves: np.ndarray,
+        cluster: Sequence[NodeState] = (),
+        scored: Sequence[NodeState] = (),
+    ) -> None:
+        self.gaps = gaps
+        self.moves = moves
+        self.cpu_milli = sum(s.node.cpu_milli for s in cluster)
+        self._cluster = cluster
+        self._scored = scored
+
+    @cached_property
+    def groups(self) -> Groups:
+        return groups_of(self._cluster, self._scored)
 
 
 def gap_histogram(states: Iterable[NodeState]) -> np.ndarray:
@@ -173,20 +189,23 @@ def rank(
     """Every node's placement, best first, and the reasons of the nodes that do not fit.
 
     ``gaps`` is the cluster's gap histogram for a policy's ``adjust`` (by default that of
-    ``states``, taken as the whole cluster).
+    ``states``, taken as the whole cluster, as are its CPU and groups).
     """
     placements: list[Placement] = []
     moves: list[tuple[int, int]] = []
     failures: dict[str, str] = {}
+    placed: list[NodeState] = []
     for state in states:
         result = evaluate(policy, demand, state)
         if isinstance(result, str):
             failures[state.node.name] = result
         else:
             placements.append(result)
+            placed.append(state)
             moves.append(gap_move(demand, state, result.allocation))
     raw = np.array([p.score for p in placements], dtype=np.float64)
-    cluster = Gaps(gap_histogram(states) if gaps is None else gaps, np.array(moves, dtype=np.int64).reshape(-1, 2).T)
+    histogram = gap_histogram(states) if gaps is None else gaps
+    cluster = Gaps(histogram, np.array(moves, dtype=np.int64).reshape(-1, 2).T, states, placed)
     scores = finish(policy, demand, raw, cluster).tolist()
     placements = [
         p if s == p.score else Placement(p.node, s, p.allocation) for s, p in zip(scores, placements, strict=True)

@@ -80,7 +80,7 @@ class PolicyConfig(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    name: str = "binpack"
+    name: str = "fgd-reserve"
     policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @field_validator("name")

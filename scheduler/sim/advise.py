@@ -38,7 +38,7 @@ from .kubelist import read_kube_list
 from .model import ARRIVALS, BoundPod, SimPod, Trace
 from .recorded import ALLOCATED, ShareRecord, read
 
-DEFAULT_POLICY = "binpack"  # the extender's default (scheduler.extender.config.PolicyConfig)
+DEFAULT_POLICY = "fgd-reserve"  # the extender's default (scheduler.extender.config.PolicyConfig)
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,6 +118,7 @@ def simulate(
     defrag_budget: str | None = None,
     defrag_every_min: float = 10.0,
     defrag_min_fall_milli: float = 500.0,
+    compress: float = 1.0,
 ) -> None:
     """``gpuslice simulate``: replay ``traces`` (none: the embedded scenario) through the packing
     core, print the comparison and write it to ``out``. With ``defrag_budget`` (arms such as
@@ -145,7 +146,7 @@ def simulate(
                     f"give --replay {TIMED}"
                 )
         specs = [
-            RunSpec(t, p, s, replay, inflate, shuffle, defrag=a)
+            RunSpec(t, p, s, replay, inflate, shuffle, defrag=a, compress=compress)
             for t in loaded
             for p in policies
             for s in seed_list
@@ -160,7 +161,12 @@ def simulate(
             console.print(f"wrote {path}")
         return
     ref: Reference | None = load_reference(reference) if reference is not None else None
-    specs = [RunSpec(t, p, s, replay, inflate, shuffle) for t in loaded for p in policies for s in seed_list]
+    specs = [
+        RunSpec(t, p, s, replay, inflate, shuffle, compress=compress)
+        for t in loaded
+        for p in policies
+        for s in seed_list
+    ]
     results = run_all(specs, workers or default_workers(), Console(stderr=True), show_progress=not quiet)
     bounds: dict[tuple[str, int], float] = {}
     if with_bound:

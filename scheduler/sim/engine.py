@@ -157,14 +157,23 @@ def simulate(
     policy_options: dict[str, Any] | None = None,
     ranks: dict[str, int] | None = None,
     defrag: DefragSpec | None = None,
+    compress: float = 1.0,
 ) -> RunResult:
     """Run ``policy_name`` over ``trace`` with ``seed``; ``ranks`` overrides the seeded node ranks;
-    ``defrag`` runs the defragmentation planner every so often (timed replay only, see :mod:`.defrag`)."""
+    ``defrag`` runs the defragmentation planner every so often (timed replay only, see :mod:`.defrag`).
+
+    A timed replay inflates only when ``inflate`` is given (the input's own inflation is the
+    arrivals protocol's) and divides creation times by ``compress`` (durations kept).
+    """
     replay = replay or trace.replay
     if replay not in REPLAY_MODES:
         raise ValueError(f"unknown replay mode {replay!r}; accepted: {', '.join(REPLAY_MODES)}")
     if defrag is not None and replay != TIMED:
         raise ValueError(f"defragmentation needs simulated time: replay {TIMED}, not {replay}")
+    if not compress > 0:
+        raise ValueError(f"compress {compress}: accepted: a positive factor (1: times as recorded)")
+    if replay == TIMED:
+        inflate = inflate or 0.0
     inflate = trace.inflate if inflate is None else inflate
     shuffle = trace.shuffle if shuffle is None else shuffle
     started = time.perf_counter()
@@ -172,7 +181,7 @@ def simulate(
     workload = TypicalWorkload.from_demands(trace.typical_demands())
     measure = Fragmentation(workload)
     policy = build_policy(policy_name, seed, workload, policy_options)
-    sequence = make_events(trace, rng, replay, inflate, shuffle)
+    sequence = make_events(trace, rng, replay, inflate, shuffle, compress)
     seeded_ranks = node_ranks(trace.nodes, rng)
     order = ranks if ranks is not None else seeded_ranks
     run = Replay(Board(initial_states(trace), order), measure, policy)

@@ -28,6 +28,7 @@ SUMMARY_COLUMNS = (
     "allocated_gpu_pct_final",
     "failed_pods",
     "frag_rate_pct_at_100",
+    "gpu_hours",
     "wall_seconds",
 )
 CURVE_COLUMNS = (
@@ -107,6 +108,7 @@ class RunRecord:
     curves: Curves
     failed_by_kind: dict[str, int] = field(default_factory=dict)
     cpu_seconds: float = math.nan  # the CPU time of the run's process during the run, when measured
+    gpu_hours: float = math.nan  # timed replays: allocated GPU integrated over time
 
     @classmethod
     def of(cls, result: RunResult, curve: Curves | None = None) -> RunRecord:
@@ -121,6 +123,7 @@ class RunRecord:
             result.wall_seconds,
             curve or curves(result),
             dict(result.failed_by_kind),
+            gpu_hours=result.gpu_hours,
         )
 
 
@@ -141,6 +144,7 @@ def summary_row(run: RunResult | RunRecord) -> dict[str, object]:
         "allocated_gpu_pct_final": _fmt(final),
         "failed_pods": record.failed,
         "frag_rate_pct_at_100": _fmt(rate),
+        "gpu_hours": _fmt(record.gpu_hours),
         "wall_seconds": _fmt(record.wall_seconds),
     }
 

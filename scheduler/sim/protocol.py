@@ -110,9 +110,27 @@ def arrival_events(trace: Trace, rng: random.Random, inflate: float, shuffle: bo
     return [Event(0.0, p) for p in pods]
 
 
-def timed_events(trace: Trace, rng: random.Random) -> list[Event]:
+def timed_events(trace: Trace, rng: random.Random, inflate: float = 0.0, compress: float = 1.0) -> list[Event]:
+    """Arrivals at creation times, departures at deletion times.
+
+    ``inflate`` > 0 grows the pods as the arrivals protocol does (draws with replacement
+    until ``inflate`` x capacity); a drawn copy keeps its source's duration and starts at
+    the creation time of another pod drawn at random, so the copies follow the trace's
+    arrival density instead of doubling its instants. ``compress`` divides every creation
+    time and keeps each pod's duration, so more pods overlap (the load rises) while each
+    still runs as long.
+    """
+    original = list(trace.pods) + generated_pods(trace, rng)
+    pods = original
+    if inflate > 0:
+        pods = inflate_pods(original, original, inflate, trace.capacity_milli, rng, trace.reference_memory_mib())
+        starts = [p.created for p in original if p.created is not None]
+        if starts:
+            pods = original + [_restarted(p, rng.choice(starts)) for p in pods[len(original) :]]
     events: list[tuple[float, int, int, Event]] = []
-    for i, pod in enumerate(list(trace.pods) + generated_pods(trace, rng)):
+    for i, pod in enumerate(pods):
+        if compress != 1.0 and pod.created is not None:
+            pod = _restarted(pod, pod.created / compress)
         start = pod.created if pod.created is not None else -1.0
         events.append((start, 1, i, Event(max(start, 0.0), pod)))
         if pod.deleted is not None:
@@ -121,10 +139,19 @@ def timed_events(trace: Trace, rng: random.Random) -> list[Event]:
     return [e[3] for e in events]
 
 
-def events(trace: Trace, rng: random.Random, replay: str, inflate: float, shuffle: bool) -> list[Event]:
-    """The run's event sequence, drawn from ``rng``."""
+def _restarted(pod: SimPod, created: float) -> SimPod:
+    """``pod`` created at ``created``, running as long as before."""
+    length = None if pod.deleted is None or pod.created is None else pod.deleted - pod.created
+    return replace(pod, created=created, deleted=None if length is None else created + length)
+
+
+def events(
+    trace: Trace, rng: random.Random, replay: str, inflate: float, shuffle: bool, compress: float = 1.0
+) -> list[Event]:
+    """The run's event sequence, drawn from ``rng`` (``compress`` and ``inflate`` for timed
+    replays: see :func:`timed_events`)."""
     if replay == TIMED:
-        return timed_events(trace, rng)
+        return timed_events(trace, rng, inflate, compress)
     return arrival_events(trace, rng, inflate, shuffle)
 
 

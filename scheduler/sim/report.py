@@ -76,6 +76,7 @@ def group_rows(
                 "bound_unallocated": 100 - statistics.fmean(bound) if bound else math.nan,
                 "frag_rate": _mean_sd([_float(m["frag_rate_pct_at_100"]) for m in members])[0],
                 "failed": statistics.fmean(_float(m["failed_pods"]) for m in members),
+                "gpu_hours": _mean_sd([_float(m.get("gpu_hours", "")) for m in members])[0],
                 "wall": statistics.fmean(_float(m["wall_seconds"]) for m in members),
             }
         )
@@ -134,6 +135,9 @@ class Report:
         return group_rows(self.rows, bounds, self.reference)
 
     def table(self) -> Table:
+        """The rich table; a GPU-hours column only when some run has them (timed replays)."""
+        rows = self.table_rows()
+        timed = any(_float(r["gpu_hours"]) > 0 for r in rows)
         table = Table(title="Unallocated GPU % at arrived = 100% (mean ± sd over seeds)")
         for column in (
             "trace",
@@ -145,10 +149,14 @@ class Report:
             "bound: unalloc. %",
             "frag rate %",
             "failed pods",
+            "GPU-hours",
             "s/run",
         ):
+            if column == "GPU-hours" and not timed:
+                continue
             table.add_column(column, justify="left" if column in ("trace", "policy") else "right")
-        for row in self.table_rows():
+        for row in rows:
+            hours = [_cell(row["gpu_hours"], digits=0)] if timed else []
             table.add_row(
                 str(row["trace"]),
                 str(row["policy"]),
@@ -159,6 +167,7 @@ class Report:
                 _cell(row["bound_unallocated"]),
                 _cell(row["frag_rate"]),
                 _cell(row["failed"], digits=0),
+                *hours,
                 _cell(row["wall"], digits=1),
             )
         return table

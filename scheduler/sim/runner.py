@@ -33,6 +33,7 @@ class RunSpec:
     shuffle: bool | None = None
     policy_options: dict[str, Any] = field(default_factory=dict)
     defrag: DefragSpec | None = None
+    compress: float = 1.0
 
     @property
     def label(self) -> str:
@@ -55,6 +56,7 @@ def _run(spec: RunSpec, index: int, progress: Any) -> tuple[int, RunResult]:
         progress=report,
         policy_options=spec.policy_options or None,
         defrag=spec.defrag,
+        compress=spec.compress,
     )
     return index, result
 
@@ -97,6 +99,7 @@ def run_all(
                     progress=step,
                     policy_options=spec.policy_options or None,
                     defrag=spec.defrag,
+                    compress=spec.compress,
                 )
             return [r for r in results if r is not None]
         context = multiprocessing.get_context("spawn")

@@ -97,6 +97,7 @@ def run_entry(run: PlannedRun, sweep: Sweep, outcome: Outcome, worker: str = "")
         "failed_by_kind": dict(sorted(outcome.failed_by_kind.items())),
         "wall_seconds": outcome.wall_seconds,
         "cpu_seconds": None if math.isnan(outcome.cpu_seconds) else outcome.cpu_seconds,
+        "gpu_hours": None if math.isnan(outcome.gpu_hours) else outcome.gpu_hours,
         "curves": {
             "arrived_pct": [int(v) for v in c.arrived_pct],
             "allocated_pct": [float(v) for v in c.allocated_pct],
@@ -129,6 +130,7 @@ def record_of(entry: dict[str, Any]) -> RunRecord:
         curves,
         {str(k): int(v) for k, v in result["failed_by_kind"].items()},
         math.nan if result.get("cpu_seconds") is None else float(result["cpu_seconds"]),
+        math.nan if result.get("gpu_hours") is None else float(result["gpu_hours"]),
     )
 
 

@@ -156,7 +156,9 @@ class Cluster:
         path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [k8s_node(node)]}))
         self.node = node
         self.backend = _SharedBackend(path, PREFIX, clock=lambda: "2026-01-01T00:00:00Z")
-        self.extender = Extender(serve_config(env={}, flags=dict(flags or {})), self.backend)
+        # the stories name the GPUs and MIG slots binpack picks (lowest free slot first)
+        given = {"policy": "binpack", **dict(flags or {})}
+        self.extender = Extender(serve_config(env={}, flags=given), self.backend)
         self.extender.start()
         self.events: list[tuple[ObjectRef, str, str, str]] = []
         self.patches: Counter[str] = Counter()  # Node annotation writes, by annotation (without the prefix)

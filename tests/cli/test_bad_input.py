@@ -18,10 +18,11 @@ from scheduler.cli import app
 
 runner = CliRunner()
 HERE = Path(__file__).resolve().parent
-POLICIES = "bestfit, binpack, dotprod, fgd, fgd-cpu, gpuclustering, gpupacking, random, spread"
+POLICIES = "bestfit, binpack, dotprod, fgd, fgd-cpu, fgd-reserve, gpuclustering, gpupacking, random, spread"
 HOSTNAME = "/etc/hostname"  # a file every Linux machine has: readable, and not a PEM, not a folder
 NUMBER = "a whole number from 0 to 65535"
 INFLATE = "0 (as given) or a ratio up to 10, such as 1.3"
+COMPRESS = "a factor from 0.01 to 1000 (1: times as recorded), such as 4"
 SEEDS = "a seed (42), a list (42,43) or a range (42-51), at most 1000 seeds"
 ARMS = "off (the plain replay), wait (budget 0: pods wait for the planner, no move) or a number of evictions"
 EVERY = "minutes of simulated time from 0.1 to 525600, such as 10"
@@ -71,6 +72,9 @@ SIMULATE = [
     (["--inflate", "-1"], f"--inflate '-1': accepted: {INFLATE}"),
     (["--inflate", "11"], f"--inflate '11': accepted: {INFLATE}"),
     (["--inflate", "x"], f"--inflate 'x': accepted: {INFLATE}"),
+    (["--compress", "0"], f"--compress '0': accepted: {COMPRESS}"),
+    (["--compress", "inf"], f"--compress 'inf': accepted: {COMPRESS}"),
+    (["--compress", "fast"], f"--compress 'fast': accepted: {COMPRESS}"),
     (["--workers", "0"], "--workers '0': accepted: 1 or more"),
     (["--workers", "two"], "--workers 'two': accepted: 1 or more"),
     (["--seeds", ""], f"--seeds '': accepted: {SEEDS}"),

@@ -81,9 +81,12 @@ def served() -> Iterator[tuple[str, list[str]]]:
             stream.close()
 
 
+DEMO_FIRST_LINE = "gpuslice demo: 7 pending pods through filter -> prioritize -> bind, policy fgd-reserve"
+
+
 def test_the_first_command_serves_the_example_and_plays_the_demo(served: tuple[str, list[str]]) -> None:
     url, lines = served
-    assert lines[0].startswith("gpuslice demo: 7 pending pods through filter -> prioritize -> bind, policy binpack")
+    assert lines[0].startswith(DEMO_FIRST_LINE)
     table = lines[2 : lines.index("", 2)]
     assert table[0].split() == ["POD", "NODE", "SCORE", "SHARE", "/", "REASON"]
     assert all("/10" in row or "not scheduled" in row for row in table[1:])
@@ -118,7 +121,7 @@ def test_every_quoted_inspect_runs(served: tuple[str, list[str]], command: tuple
 def test_gpuslice_demo_plays_the_same_demo_and_exits() -> None:
     done = gpuslice("demo")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("gpuslice demo: 7 pending pods through filter -> prioritize -> bind, policy binpack")
+    assert done.stdout.startswith(DEMO_FIRST_LINE)
     assert "demo/mig-3g" in done.stdout and "/10 " in done.stdout  # prioritize's scores, 0..10
     assert done.stderr == ""  # warnings only: the table is not mixed with log lines
 

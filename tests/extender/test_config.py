@@ -16,7 +16,7 @@ from scheduler.extender.config import DEFAULT_MAX_BODY, DEFAULT_PORT, ServeConfi
 def test_defaults() -> None:
     config = load_config(env={})
     assert (config.policy.name, config.prefix, config.port, config.host) == (
-        "binpack",
+        "fgd-reserve",
         "gpuslice.io/",
         DEFAULT_PORT,
         "127.0.0.1",

@@ -216,8 +216,8 @@ def test_serve_refuses_bad_configuration(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         "gpuslice serve: invalid configuration:",
-        "  --policy: unknown policy 'nope'; accepted: bestfit, binpack, dotprod, fgd, fgd-cpu, gpuclustering, "
-        "gpupacking, random, spread",
+        "  --policy: unknown policy 'nope'; accepted: bestfit, binpack, dotprod, fgd, fgd-cpu, fgd-reserve, "
+        "gpuclustering, gpupacking, random, spread",
         "  --port '70000': accepted: a whole number from 0 to 65535",
     ]
     bad = tmp_path / "c.json"

@@ -36,7 +36,7 @@ NAMES = ["mps-a", "mps-b", "t4", "mig", "small", "cpu", "broken"]
 @pytest.fixture
 def svc(serve: Any) -> Any:
     big = k8s_pod("big", gpu_memory="70000")
-    served = serve(*nodes(), big)
+    served = serve(*nodes(), big, policy="binpack")  # the scores below are worked out for binpack
     assert served.post("bind", binding(big, "small")) == {"Error": ""}  # small keeps 11920 MiB and 14.5% compute
     return served
 

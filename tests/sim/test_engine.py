@@ -84,6 +84,19 @@ def test_timed_replay_reuses_freed_shares() -> None:
     assert result.arrived.tolist() == [0, 600, 1200, 1200, 1800, 1800, 1800]
 
 
+def test_gpu_hours_and_compressed_creation_times() -> None:
+    # As recorded: first holds 0.6 GPU over 0-10 s, on-time over 10-20 s: 0.6 x 20 = 12 GPU-seconds.
+    result = simulate(scenario(TIMED), "bestfit", 1)
+    assert result.gpu_hours == pytest.approx(12 / 3600)
+    # Creation times halved, durations kept: first 0-10, early at 2.5 and on-time at 5 both find
+    # 0.4 free: two dropped, 0.6 x 10 = 6 GPU-seconds.
+    squeezed = simulate(scenario(TIMED), "bestfit", 1, compress=2.0)
+    assert (squeezed.placed, squeezed.failed) == (1, 2)
+    assert squeezed.gpu_hours == pytest.approx(6 / 3600)
+    with pytest.raises(ValueError, match="compress 0"):
+        simulate(scenario(TIMED), "bestfit", 1, compress=0)
+
+
 GENERATED = """
 name: generated
 replay: timed

@@ -1,6 +1,6 @@
 """Placement policies, each in its own module, registered by config name (see ``base``)."""
 
-from . import bestfit, binpack, dotprod, fgd, fgdcpu, gpuclustering, gpupacking, random, spread
+from . import bestfit, binpack, dotprod, fgd, fgdcpu, fgdreserve, gpuclustering, gpupacking, random, spread
 from .base import REGISTRY, Cluster, Context, Policy, Reads, make_policy, options_of, register
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "dotprod",
     "fgd",
     "fgdcpu",
+    "fgdreserve",
     "gpuclustering",
     "gpupacking",
     "make_policy",

@@ -21,7 +21,8 @@ Optional parts, found by their presence (a policy defines only what it needs):
     The whole cluster weighs in; scores are ``-inf`` where the pod does not fit and must stay
     so. ``cluster`` (:class:`Cluster`) holds the cluster's histogram of free shares and each
     node's move in it, worked out only for a policy that declares it reads them
-    (``Reads.GAPS``).
+    (``Reads.GAPS``); its CPU; and, for a policy that declares ``Reads.GROUPS``, the same
+    histogram split by GPU group (model and sharing mode, :mod:`scheduler.core.groups`).
 ``observe(demand)``
     Told of each pod once, at its first sight (online policies learn here), and
     ``version``, raised whenever what it learned changes its scores.
@@ -45,6 +46,7 @@ import numpy as np
 from ..allocation import Allocation
 from ..errors import ConfigError
 from ..fragmentation import TypicalWorkload
+from ..groups import Groups
 from ..request import Demand, GpuKind
 from ..state import NodeState
 
@@ -57,6 +59,7 @@ class Reads(StrEnum):
     MEMORY = "memory"  # the memory request
     PODS = "pods"  # the allocations of the pods already on the node (not only what they use)
     GAPS = "gaps"  # in adjust: the cluster's free shares and each placement's move among them
+    GROUPS = "groups"  # in adjust: the free shares by GPU group, and each scored node's group
 
 
 ALL_READS = frozenset({Reads.CPU})
@@ -82,6 +85,14 @@ class Cluster(Protocol):
     def moves(self) -> np.ndarray:
         """``moves[:, j]``: the (before, after) free level of the one GPU that node ``j``'s
         placement shares; -1 when it takes whole GPUs, several GPUs, or none."""
+
+    @property
+    def cpu_milli(self) -> int:
+        """The allocatable CPU of the cluster's usable nodes, in milli-CPU."""
+
+    @property
+    def groups(self) -> Groups:
+        """The cluster by GPU group, for the nodes scored (read only by ``Reads.GROUPS`` policies)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -113,10 +113,11 @@ class FgdCpu:
         self.version = 0
         self._classes: np.ndarray | None = None
         self._last: tuple[object, object, tuple[float, float]] = (None, None, (0.0, 0.0))
+        self._hosted: dict[tuple[object, ...], bool] = {}  # shared by every estimate's Fragmentation
         self._adopt(prior)
 
     def _adopt(self, workload: TypicalWorkload) -> None:
-        self.fragmentation = Fragmentation(workload)
+        self.fragmentation = Fragmentation(workload, self._hosted)
         self.ratio = gpu_per_cpu(workload)
         self._last = (None, None, (0.0, 0.0))
 

@@ -1,0 +1,143 @@
+"""fgd-reserve: fgd-cpu plus the price of GPU groups pinned pods need, and stranding that stands
+down when CPU will run out. Cases by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scheduler.core.board import Board
+from scheduler.core.fragmentation import Shape
+from scheduler.core.policies import make_policy
+from scheduler.core.policies.fgdreserve import FgdReserve, FgdReserveOptions
+from scheduler.core.request import Demand, GpuKind, GpuRequest
+from scheduler.core.select import Gaps, gap_histogram, rank
+from scheduler.core.state import NodeState
+from tests.builders import make_state
+
+ONE_GPU = (Shape(1.0, cpu=1, gpu_count="1"),)  # the typical pod: one whole GPU, one core
+
+
+def whole(models: tuple[str, ...] = ()) -> Demand:
+    return Demand(1_000, 0, GpuRequest(GpuKind.WHOLE, 1, models=models))
+
+
+def cluster() -> list[NodeState]:
+    """Two groups of two idle GPUs each: T4 (listed first: it wins ties) and L4; 32 cores a node."""
+    return [
+        make_state(name="t4", gpus=2, model="T4", cpu_milli=32_000),
+        make_state(name="l4", gpus=2, model="L4", cpu_milli=32_000),
+    ]
+
+
+def policy(**options: float) -> FgdReserve:
+    made = make_policy("fgd-reserve", {"workload": ONE_GPU, "learn": False, **options})
+    assert isinstance(made, FgdReserve)
+    return made
+
+
+def test_a_flexible_pod_leaves_the_group_pinned_pods_will_fill() -> None:
+    # Seen: one pod pinned to T4 (1000 milli-GPU) and one that may go anywhere (1000): V = 2000.
+    # Free: T4 2000, L4 2000, R = 4000. Pinned load on T4: 1000 x 2000 / 2000 = 1000, 0.5 of V,
+    # on 0.5 of the free GPU: rho_T4 = 1.0 -> price ramp(1.0) = (1.0 - 0.5) / 0.5 = 1; rho_L4 = 0.
+    # A flexible one-GPU pod: fgd-cpu scores 50 on both (one idle GPU left: a typical pod still
+    # fits, no CPU stranded). On T4 it pays 4 x 1 x 1000 milli-GPU x 50 / 2000 = 100 points:
+    # 50 - 100 = -50, squashed to 1 / (2 - (-50)) = 1/52. On L4: 50.
+    reserve = policy()
+    reserve.observe(whole(("T4",)))
+    reserve.observe(whole())
+    board = Board(cluster(), {"t4": 0, "l4": 1})
+    scores = board.scores(reserve, whole())
+    assert scores.tolist() == pytest.approx([1 / 52, 50.0])
+    choice = board.best(reserve, whole())
+    assert choice is not None and choice.node == "l4"
+    # fgd-cpu, the same rule without the price: a tie, and T4 wins it on node order
+    plain = make_policy("fgd-cpu", {"workload": ONE_GPU, "learn": False})
+    taken = Board(cluster(), {"t4": 0, "l4": 1}).best(plain, whole())
+    assert taken is not None and taken.node == "t4"
+
+
+def test_a_pinned_pod_pays_the_same_wherever_it_may_go() -> None:
+    # The pinned pod itself fits T4 only: L4 is -inf, and T4 keeps a finite score (it still wins).
+    reserve = policy()
+    reserve.observe(whole(("T4",)))
+    reserve.observe(whole())
+    board = Board(cluster())
+    scores = board.scores(reserve, whole(("T4",)))
+    assert scores[1] == -np.inf and scores[0] > -np.inf
+    choice = board.best(reserve, whole(("T4",)))
+    assert choice is not None and choice.node == "t4"
+
+
+def test_no_price_while_pinned_demand_leaves_room() -> None:
+    # One pinned pod and five flexible: V = 6000; pinned load on T4 1000 -> 1/6 of V on 1/2 of
+    # the free GPU: rho = 1/3, below the start 0.5: no price, fgd-cpu's scores unchanged.
+    reserve = policy()
+    reserve.observe(whole(("T4",)))
+    for _ in range(5):
+        reserve.observe(whole())
+    assert Board(cluster()).scores(reserve, whole()).tolist() == [50.0, 50.0]
+
+
+def test_the_board_and_the_plain_answer_see_the_same_groups() -> None:
+    reserve = policy()
+    reserve.observe(whole(("T4",)))
+    reserve.observe(whole())
+    states = cluster()
+    ranked = {p.node: p.score for p in rank(reserve, whole(), states).placements}
+    assert [ranked["t4"], ranked["l4"]] == pytest.approx(Board(states).scores(reserve, whole()).tolist())
+
+
+def test_stranding_stands_down_as_the_mix_asks_for_all_the_cpu() -> None:
+    # kappa = CPU per GPU seen x GPUs / CPU of the cluster. Cluster: 4 GPUs, 64 cores.
+    # Seen: one 1-core GPU pod and CPU-only pods of 15 cores: 16000 / 1000 x 4000 / 64000 = 1.0.
+    # With low 0.9, high 1.1 the stranding weight is 4 x (1.1 - 1.0) / 0.2 = 2.0 (in eighths: 0.5).
+    states = cluster()
+    view = Gaps(gap_histogram(states), np.full((2, 2), -1), states, states)
+    reserve = policy()
+    reserve.observe(whole())
+    reserve.observe(Demand(15_000, 0))
+    assert reserve.kappa(view) == pytest.approx(1.0)
+    version = reserve.version
+    reserve.adjust(whole(), np.array([50.0, 50.0]), view)
+    assert reserve.stranding_weight == pytest.approx(2.0)
+    assert reserve.version == version + 1  # cached scores of the old weight are not reused
+    # kappa 1.2 or more: no stranding at all; 0.9 or less: the full weight
+    more = policy()
+    more.observe(whole())
+    more.observe(Demand(18_200, 0))  # 19200 / 1000 x 0.0625 = 1.2
+    more.adjust(whole(), np.array([50.0, 50.0]), view)
+    assert more.stranding_weight == 0.0
+    light = policy()
+    light.observe(whole())
+    light.observe(Demand(13_000, 0))  # 14000 / 1000 x 0.0625 = 0.875
+    light.adjust(whole(), np.array([50.0, 50.0]), view)
+    assert light.stranding_weight == 4.0 and light.version == 0
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="cpu_bound_low and cpu_bound_high"):
+        FgdReserveOptions(cpu_bound_low=1.2, cpu_bound_high=1.1)
+    with pytest.raises(ValueError, match="reserve_start"):
+        FgdReserveOptions(reserve_start=1.0)
+
+
+def test_the_balance_stands_down_as_pods_leave() -> None:
+    # Free GPU from call to call, in hundredths: 400 (first sight), 200 (placements took 200),
+    # 250 (a departure gave 50 back): held 200 - 50 = 150, freed / held = 1/3 -> balance
+    # 75 x (1 - 1/3) = 50; 300 (another 50): freed 100 = held 100 -> 0.
+    # Pods that only arrive (the FGD protocol) never give any back: the full weight.
+    reserve = policy()
+
+    def seen(*levels: int) -> None:
+        gaps = np.bincount(np.array(levels), minlength=101)
+        reserve.adjust(whole(), np.array([50.0]), Gaps(gaps, np.full((2, 1), -1)))
+
+    seen(100, 100, 100, 100)
+    assert reserve.balance_weight == 75.0
+    seen(100, 100, 0, 0)
+    assert reserve.balance_weight == 75.0
+    seen(100, 100, 50, 0)
+    assert reserve.balance_weight == pytest.approx(50.0)
+    seen(100, 100, 100, 0)
+    assert reserve.balance_weight == 0.0
