@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from scheduler.agent.agent import Agent
 from scheduler.agent.cluster import Json, ObjectRef, PodResources
 from scheduler.agent.config import AgentConfig, load_config
@@ -379,3 +381,14 @@ def make_agent(
 
 def fake_gpus(*gpus: dict[str, Any]) -> FakeGpus:
     return FakeGpus.from_mapping({"gpus": list(gpus)})
+
+
+def no_nvml_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML's initialisation fails as it does on a machine without the NVIDIA driver, whatever
+    this machine has."""
+    import pynvml
+
+    def missing() -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", missing)

@@ -15,7 +15,7 @@ from scheduler.agent.fake import FakeGpus
 from scheduler.agent.gpus import GpuError
 from scheduler.core.errors import ConfigError
 from scheduler.core.inventory import SharingMode
-from tests.agent.kit import write
+from tests.agent.kit import no_nvml_library, write
 
 
 def config(tmp: Path, body: Any, node: str = "n1") -> Any:
@@ -132,15 +132,13 @@ def test_the_packaged_example_loads() -> None:
     assert (process.pid, process.used_memory_mib, process.instance_uuid) == (4242, 2048, made.uuid)
 
 
-def test_nvml_without_a_driver_is_one_clear_error() -> None:
+def test_nvml_without_a_driver_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     from scheduler.agent.nvml import NvmlGpus
 
-    try:
-        NvmlGpus().close()
-    except GpuError as exc:
-        assert str(exc).startswith("NVML is not available (no NVIDIA driver here?)")
-    else:
-        pytest.skip("an NVIDIA driver is present on this machine")
+    no_nvml_library(monkeypatch)
+    with pytest.raises(GpuError) as raised:
+        NvmlGpus()
+    assert str(raised.value) == "NVML is not available (no NVIDIA driver here?): NVML Shared Library Not Found"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
