@@ -7,11 +7,8 @@ held once."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import orjson
@@ -27,21 +24,9 @@ from scheduler.extender.service import Extender
 from scheduler.filebackend import FileBackend
 from scheduler.kube import KubeBackend
 from tests.fakes import FakeApiServer
+from tests.fakes.driver import driver
 
-ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "gpuslice.io/"
-
-
-def load_driver() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("extender_driver", ROOT / "benchmarks" / "extender_driver.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("extender_driver", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-driver = load_driver()
 
 
 def serve(backend: Any, **flags: Any) -> Server:

@@ -4,12 +4,9 @@ and one short run against ``gpuslice serve`` schedules every pod without over-al
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from operator import itemgetter
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -19,20 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.extender import wire
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_driver() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("extender_driver", ROOT / "benchmarks" / "extender_driver.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("extender_driver", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-driver = load_driver()
+from tests.fakes.driver import driver
 
 # node names are DNS subdomains: no quote, no bracket
 node_names = st.lists(st.from_regex(r"[a-z0-9]([a-z0-9.-]{0,12}[a-z0-9])?", fullmatch=True), max_size=12, unique=True)
