@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from scheduler.core.board import Board
+from scheduler.core.catalog import ProfileSpec
+from scheduler.core.fit import fit
 from scheduler.core.fragmentation import Shape
 from scheduler.core.policies import make_policy
 from scheduler.core.policies.fgdreserve import FgdReserve, FgdReserveOptions
@@ -16,10 +18,24 @@ from scheduler.core.state import NodeState
 from tests.builders import make_state
 
 ONE_GPU = (Shape(1.0, cpu=1, gpu_count="1"),)  # the typical pod: one whole GPU, one core
+HALF = (Shape(1.0, cpu=1, gpu_fraction="0.5"),)
+QUARTER = (Shape(1.0, cpu=1, gpu_fraction="0.25"),)
 
 
 def whole(models: tuple[str, ...] = ()) -> Demand:
     return Demand(1_000, 0, GpuRequest(GpuKind.WHOLE, 1, models=models))
+
+
+def half() -> Demand:
+    return Demand(1_000, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=500))
+
+
+def quarter() -> Demand:
+    return Demand(1_000, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=250))
+
+
+def seven() -> Demand:
+    return Demand(1_000, 0, GpuRequest(GpuKind.MIG, 1, profile=ProfileSpec.parse("7g.80gb")))
 
 
 def cluster() -> list[NodeState]:
@@ -30,7 +46,7 @@ def cluster() -> list[NodeState]:
     ]
 
 
-def policy(**options: float) -> FgdReserve:
+def policy(**options: object) -> FgdReserve:
     made = make_policy("fgd-reserve", {"workload": ONE_GPU, "learn": False, **options})
     assert isinstance(made, FgdReserve)
     return made
@@ -141,3 +157,63 @@ def test_the_balance_stands_down_as_pods_leave() -> None:
     assert reserve.balance_weight == pytest.approx(50.0)
     seen(100, 100, 100, 0)
     assert reserve.balance_weight == 0.0
+
+
+def _take_whole(state: NodeState, count: int) -> NodeState:
+    for k in range(count):
+        found = fit(whole(), state)
+        assert found
+        state = state.apply(f"whole-{k}", found.allocations[0])
+    return state
+
+
+def test_a_pod_pays_only_for_classes_more_constrained_than_its_own() -> None:
+    # Three groups of two H100s: MIG (profiles and fractions), MPS (fractions and whole GPUs),
+    # exclusive (whole GPUs; both taken). Seen: a 7g.80gb (MIG only: 1000 milli), a half GPU
+    # (MIG or MPS: 500), two whole GPUs (MPS or exclusive: 2000). V = 3500, free MIG 2000,
+    # MPS 2000, exclusive 0: R = 4000.
+    # A half GPU pod counts only the class inside its own, MIG only: L_MIG = 1000,
+    # rho_MIG = (1000 / 3500) / (2000 / 4000) = 4/7, price (4/7 - 1/2) / (1/2) = 1/7, cost
+    # 500 / 7 milli-GPU, 4 x 500/7 x 50 / 2000 = 50/7 points. Its fgd-cpu scores (workload: the
+    # half GPU; no balance, no stranding): on MPS nothing is fragmented (50); on MIG it takes a
+    # 4g.40gb instance and leaves 3 slices where no 4g fits: F rises by 3/7 GPU,
+    # 50 + 50 tanh(-428.6 / 2000) -> 39. So MIG 39 - 50/7, MPS 50: it goes to MPS.
+    # Counting every pinned class instead (the whole GPUs' need of MPS among them) gives
+    # L_MIG = 1000 + 250, L_MPS = 250 + 2000, prices 3/7 and 1: MIG 39 - 21.4, MPS 50 - 50,
+    # and half GPUs go onto the GPUs the profiles need (the MIG scenario's trap).
+    states = [
+        make_state(name="mig", gpus=2, mode="mig", cpu_milli=32_000),
+        make_state(name="mps", gpus=2, mode="mps", cpu_milli=32_000),
+        _take_whole(make_state(name="train", gpus=2, mode="exclusive", cpu_milli=32_000), 2),
+    ]
+    reserve = policy(workload=HALF, balance_weight=0.0, stranding_weight=0.0)
+    for demand in (seven(), half(), whole(), whole()):
+        reserve.observe(demand)
+    board = Board(states)
+    scores = board.scores(reserve, half())
+    assert scores.tolist() == pytest.approx([39 - 50 / 7, 50.0, -np.inf])
+    choice = board.best(reserve, half())
+    assert choice is not None and choice.node == "mps"
+    # a whole GPU has no class inside its own (MPS or exclusive): no price anywhere
+    assert board.scores(reserve, whole()).tolist()[1] == 50.0
+
+
+def test_the_balance_leaves_mig_gpus_out() -> None:
+    # A MIG GPU holding a 2g.20gb (a quarter GPU's instance) has 5 of 7 slices free: level 71,
+    # class 0.25 for fgd-cpu, whose balance counts it as a hole a quarter GPU could fill. A quarter
+    # GPU on an idle MPS GPU then makes a second class-0.25 hole: rise (2 x 1 + 1) = 3, 75 x 3 / 3
+    # GPUs = 75 points off 50: 0. fgd-reserve counts no MIG GPU (what a MIG hole admits depends on
+    # its slots, not its size): rise 1, 50 - 25 = 25. The MIG placement itself is left out of the
+    # balance: 50 (a 2g beside the 2g leaves 3 slices, still class 0.25 for fgd-cpu: no rise).
+    mig = make_state(name="mig", gpus=1, mode="mig", cpu_milli=32_000)
+    found = fit(quarter(), mig)
+    assert found
+    mig = mig.apply("q", found.allocations[0])
+    assert mig.gap_levels() == [71]
+    states = [mig, make_state(name="mps", gpus=2, mode="mps", cpu_milli=32_000)]
+    plain = make_policy("fgd-cpu", {"workload": QUARTER, "learn": False, "stranding_weight": 0.0})
+    reserve = policy(workload=QUARTER, reserve_weight=0.0, stranding_weight=0.0)
+    plain.observe(quarter())  # type: ignore[attr-defined]
+    reserve.observe(quarter())
+    assert Board(states).scores(plain, quarter()).tolist() == [50.0, 0.0]
+    assert Board(states).scores(reserve, quarter()).tolist() == [50.0, 25.0]

@@ -176,21 +176,26 @@ class FgdCpu:
             self._classes = np.concatenate([largest, [-1, -1]])
         return self._classes
 
+    def balance_view(self, cluster: Cluster) -> tuple[np.ndarray, np.ndarray | None]:
+        """The GPUs the balance counts, as a gap histogram, and per scored node whether its
+        placement is left out of it (None: none is): here every GPU and every node."""
+        return cluster.gaps, None
+
     def adjust(self, demand: Demand, scores: np.ndarray, cluster: Cluster) -> np.ndarray:
         """Subtract the rise in the sum of squared class counts each placement causes.
 
-        ``cluster.gaps`` counts the cluster's GPUs per gap level; ``cluster.moves`` holds each
-        placement's (before, after) level of the GPU it shares, -1 for none. Moving one GPU
-        from class a to class b changes sum(N[c]^2) by (2 N[b] + 1) - (2 N[a] - 1), 0 when
+        ``gaps`` (:meth:`balance_view`) counts the GPUs per gap level; ``cluster.moves`` holds
+        each placement's (before, after) level of the GPU it shares, -1 for none. Moving one
+        GPU from class a to class b changes sum(N[c]^2) by (2 N[b] + 1) - (2 N[a] - 1), 0 when
         a = b, counting only GPUs with a class (see :meth:`gap_classes`); the rise is read per
         GPU of the cluster so the weight does not depend on its size.
         """
         if not self.balance_weight or demand.gpu.kind is not GpuKind.SHARE:
             return scores
-        gaps = cluster.gaps
-        gpus = int(gaps.sum())
+        gpus = int(cluster.gaps.sum())
         if not gpus:
             return scores
+        gaps, skip = self.balance_view(cluster)
         moves = cluster.moves
         classes = self.gap_classes()
         of_level = classes[: GAP_LEVELS + 1]
@@ -198,7 +203,8 @@ class FgdCpu:
         counts = np.bincount(of_level[counted], weights=gaps[counted], minlength=GAP_LEVELS + 1)
         before, after = classes[moves[0]], classes[moves[1]]
         rise = np.where(after >= 0, 2 * counts[after] + 1, 0) - np.where(before >= 0, 2 * counts[before] - 1, 0)
-        rise = np.where(before == after, 0, rise)
+        still = before == after if skip is None else (before == after) | skip
+        rise = np.where(still, 0, rise)
         adjusted = np.clip(scores - self.balance_weight * rise / gpus, 0.0, 100.0)
         return np.where(scores > -np.inf, adjusted, -np.inf)
 
