@@ -138,11 +138,12 @@ class _Cluster:
     """The :class:`~scheduler.core.policies.base.Cluster` a policy's ``adjust`` reads; the
     moves and groups are gathered only when read."""
 
-    __slots__ = ("_board", "_moves", "_positions", "_table", "cpu_milli", "gaps")
+    __slots__ = ("_board", "_groups", "_moves", "_positions", "_table", "cpu_milli", "gaps")
 
     def __init__(self, board: Board, table: _ScoreTable, positions: np.ndarray | None) -> None:
         size = board._size
         self._board = board
+        self._groups: Groups | None = None
         self.gaps = board._gaps
         self.cpu_milli = board._cpu_total
         self._table = table
@@ -151,6 +152,11 @@ class _Cluster:
 
     @property
     def groups(self) -> Groups:
+        if self._groups is None:
+            self._groups = self._gather_groups()
+        return self._groups
+
+    def _gather_groups(self) -> Groups:
         board = self._board
         positions = self._positions
         if positions is None:
