@@ -139,6 +139,10 @@ class FgdReserve(FgdCpu):
         self._freed = 0  # free GPU it gained (departures), hundredths
         self._seen_demands: dict[Demand, tuple[int, float]] = {}
         self._milli: dict[GpuRequest, np.ndarray] = {}
+        # per (class masks' shape, a pod's allowed groups): the classes strictly inside its own
+        self._inside: dict[tuple[tuple[int, ...], bytes], np.ndarray] = {}
+        self._inside_shape: tuple[int, ...] = (0, 0)
+        self._stacked = np.ones((1, 0), dtype=bool)  # the class masks and a flexible row
 
     def observe(self, demand: Demand) -> None:
         version = self.version
@@ -229,14 +233,22 @@ class FgdReserve(FgdCpu):
     def _pressure(self, allowed: np.ndarray, free: np.ndarray) -> np.ndarray | None:
         """rho_g as the pod of allowed groups ``allowed`` sees it: the pinned load of the classes
         strictly more constrained than its own, the rest of the volume counted as flexible
-        (None when no class is)."""
+        (None when no class is). Which classes are inside is kept per class set and mask."""
         masks = self._masks
-        inside = (masks <= allowed[None, :]).all(axis=1) & (masks != allowed[None, :]).any(axis=1)
+        key = (masks.shape, allowed.tobytes())
+        inside = self._inside.get(key)
+        if inside is None:
+            if self._inside_shape != masks.shape:  # a class or a group appeared
+                self._inside.clear()
+                self._inside_shape = masks.shape
+                self._stacked = np.vstack([masks, np.ones((1, masks.shape[1]), dtype=bool)])
+            inside = self._inside[key] = (masks <= allowed[None, :]).all(axis=1) & (masks != allowed[None, :]).any(
+                axis=1
+            )
         if not inside.any():
             return None
-        volumes = np.where(inside, self._volumes, 0.0)
-        flexible = np.ones((1, masks.shape[1]), dtype=bool)
-        return pressure(np.vstack([masks, flexible]), np.append(volumes, self._volumes[~inside].sum()), free)
+        volumes = np.append(np.where(inside, self._volumes, 0.0), self._volumes[~inside].sum())
+        return pressure(self._stacked, volumes, free)
 
     def adjust(self, demand: Demand, scores: np.ndarray, cluster: Cluster) -> np.ndarray:
         """fgd-cpu's balance, then each node's group price (see the module)."""
