@@ -330,6 +330,7 @@ def test_the_shipped_paper_grid_is_the_papers(tmp_path: Path) -> None:
         "bestfit",
         "fgd",
         "fgd-cpu",
+        "fgd-reserve",
     ]
     assert sweep.seeds == tuple(range(42, 52))
     assert all(i.path.is_relative_to(tmp_path) for i in sweep.inputs)
