@@ -10,7 +10,7 @@ from scheduler.core.capacity import GAP_LEVELS
 from scheduler.core.fit import fit
 from scheduler.core.groups import Groups, groups_of
 from scheduler.core.policies.base import Cluster, Reads
-from scheduler.core.policies.reserve import free_by_group, pinned_load, pressure, price, squash
+from scheduler.core.policies.reserve import free_by_group, inside, pinned_load, pressure, price, squash
 from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.state import NodeState
 from tests.builders import make_state
@@ -127,3 +127,12 @@ def test_groups_split_gpus_by_model_and_follow_state_changes(plain: bool) -> Non
     assert now.allowed(Demand(100_000, 0, GpuRequest(GpuKind.WHOLE, 1))).tolist() == [True, False]
     # a 4-GPU pod fits no T4 node (2 GPUs), however empty
     assert now.allowed(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 4))).tolist() == [False, True]
+
+
+def test_the_classes_inside_an_allowed_set_are_its_proper_subsets() -> None:
+    # MASKS: T4 only, T4|P100, anywhere. A pod of T4|P100 is priced for T4 only (not its own
+    # class, not the flexible one); a pod allowed anywhere for both pinned classes; a T4-only
+    # pod for none.
+    assert inside(MASKS, np.array([True, True, False])).tolist() == [True, False, False]
+    assert inside(MASKS, np.array([True, True, True])).tolist() == [True, True, False]
+    assert inside(MASKS, np.array([True, False, False])).tolist() == [False, False, False]

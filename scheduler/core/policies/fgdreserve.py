@@ -82,7 +82,7 @@ from ..inventory import SharingMode
 from ..request import Demand, GpuKind, GpuRequest
 from .base import Cluster, Context, Reads, register
 from .fgdcpu import SCORE_SCALE_MILLI, FgdCpu, FgdCpuOptions, nominal_milli
-from .reserve import free_by_group, milli_on, pressure, price, squash
+from .reserve import free_by_group, inside, milli_on, pressure, price, squash
 
 POINTS_PER_MILLI = 50.0 / SCORE_SCALE_MILLI  # fgd-cpu's scale near the middle
 STEPS = 8  # the CPU-bound factor moves in eighths
@@ -139,10 +139,11 @@ class FgdReserve(FgdCpu):
         self._freed = 0  # free GPU it gained (departures), hundredths
         self._seen_demands: dict[Demand, tuple[int, float]] = {}
         self._milli: dict[GpuRequest, np.ndarray] = {}
-        # per (class masks' shape, a pod's allowed groups): the classes strictly inside its own
-        self._inside: dict[tuple[tuple[int, ...], bytes], np.ndarray] = {}
+        # per allowed-groups mask: the classes strictly inside it (for the masks of _inside_shape)
+        self._inside: dict[bytes, np.ndarray] = {}
         self._inside_shape: tuple[int, ...] = (0, 0)
         self._stacked = np.ones((1, 0), dtype=bool)  # the class masks and a flexible row
+        self._mig_groups = np.zeros(0, dtype=bool)  # per group: is it MIG
 
     def observe(self, demand: Demand) -> None:
         version = self.version
@@ -222,7 +223,9 @@ class FgdReserve(FgdCpu):
         """The balance counts only GPUs whose holes take shares by size: not MIG GPUs, where
         what a hole admits depends on its slots (see the module: the balance and MIG)."""
         groups = cluster.groups
-        mig = np.array([mode is SharingMode.MIG for _, mode in groups.keys], dtype=bool)
+        if len(self._mig_groups) != len(groups.keys):  # groups only ever join
+            self._mig_groups = np.array([mode is SharingMode.MIG for _, mode in groups.keys], dtype=bool)
+        mig = self._mig_groups
         if not mig.any():
             return cluster.gaps, None
         mine = groups.node_group
@@ -232,22 +235,20 @@ class FgdReserve(FgdCpu):
 
     def _pressure(self, allowed: np.ndarray, free: np.ndarray) -> np.ndarray | None:
         """rho_g as the pod of allowed groups ``allowed`` sees it: the pinned load of the classes
-        strictly more constrained than its own, the rest of the volume counted as flexible
-        (None when no class is). Which classes are inside is kept per class set and mask."""
+        strictly inside its own, the rest of the volume counted as flexible (None when no class
+        is). Which classes are inside is kept per mask until a class or a group appears."""
         masks = self._masks
-        key = (masks.shape, allowed.tobytes())
-        inside = self._inside.get(key)
-        if inside is None:
-            if self._inside_shape != masks.shape:  # a class or a group appeared
-                self._inside.clear()
-                self._inside_shape = masks.shape
-                self._stacked = np.vstack([masks, np.ones((1, masks.shape[1]), dtype=bool)])
-            inside = self._inside[key] = (masks <= allowed[None, :]).all(axis=1) & (masks != allowed[None, :]).any(
-                axis=1
-            )
-        if not inside.any():
+        if self._inside_shape != masks.shape:
+            self._inside.clear()
+            self._inside_shape = masks.shape
+            self._stacked = np.vstack([masks, np.ones((1, masks.shape[1]), dtype=bool)])
+        key = allowed.tobytes()
+        within = self._inside.get(key)
+        if within is None:
+            within = self._inside[key] = inside(masks, allowed)
+        if not within.any():
             return None
-        volumes = np.append(np.where(inside, self._volumes, 0.0), self._volumes[~inside].sum())
+        volumes = np.append(np.where(within, self._volumes, 0.0), self._volumes[~within].sum())
         return pressure(self._stacked, volumes, free)
 
     def adjust(self, demand: Demand, scores: np.ndarray, cluster: Cluster) -> np.ndarray:

@@ -57,6 +57,13 @@ def pinned_load(masks: np.ndarray, volumes: np.ndarray, free: np.ndarray) -> np.
     return result
 
 
+def inside(masks: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """Per class, whether it sits strictly inside the groups ``allowed``: every group it may
+    use is allowed, and it may use fewer (the classes a pod of ``allowed`` is priced for)."""
+    result: np.ndarray = (masks <= allowed[None, :]).all(axis=1) & (masks != allowed[None, :]).any(axis=1)
+    return result
+
+
 def pressure(masks: np.ndarray, volumes: np.ndarray, free: np.ndarray) -> np.ndarray:
     """rho_g per group (0 where nothing is pinned; infinite where a pinned group is full)."""
     total_volume = float(volumes.sum())
