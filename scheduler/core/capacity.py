@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
+
 from . import mig
 from .allocation import Allocation, DeviceShare, MigSlot
 from .inventory import Device, Node, SharingMode
@@ -173,6 +175,40 @@ def refusal(node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) 
         left = max(0, mem_cap - usage.memory_mib)
         return no(f"needs {share.memory_mib} MiB on one GPU, free {left} MiB", share.memory_mib, left)
     return None
+
+
+def shares_fit(
+    node: Node, device: Device, usage: DeviceUsage, memory_mib: np.ndarray, compute_milli: np.ndarray
+) -> np.ndarray | None:
+    """Per share (``memory_mib[i]``, ``compute_milli[i]``) of an MPS or time-slicing GPU:
+    whether it fits beside ``usage``, that is :func:`refusal` and :func:`stray_refusal` both
+    None, for many shares at once (a fragmentation measure asks this of every typical shape
+    for each new device state). None for the other modes and for an unhealthy GPU: ask
+    :func:`refusal` share by share there. ``tests/core/test_capacity.py`` holds the two to
+    the same answers.
+    """
+    mode = device.mode
+    if not device.healthy or mode not in (SharingMode.MPS, SharingMode.TIME_SLICING):
+        return None
+    total = device.memory_mib
+    if usage.whole:
+        return np.zeros(len(memory_mib), dtype=bool)
+    fits: np.ndarray = (memory_mib >= 0) & (compute_milli >= 0) & (memory_mib <= total) & (compute_milli <= MILLI)
+    if usage.shares:  # a whole GPU only alone
+        fits &= (memory_mib < total) | (compute_milli < MILLI)
+    if mode is SharingMode.MPS:
+        if usage.shares >= device.mps_client_limit:
+            return np.zeros(len(memory_mib), dtype=bool)
+        fits &= usage.compute_milli + compute_milli <= MILLI * node.mps_compute_oversub_pct // 100
+        cap = total
+    else:
+        if usage.shares >= device.replicas:
+            return np.zeros(len(memory_mib), dtype=bool)
+        cap = total * node.ts_memory_oversub_pct // 100
+    fits &= usage.memory_mib + memory_mib <= cap
+    if device.stray_memory_mib > 0:
+        fits &= memory_mib <= max(0, cap - usage.memory_mib - device.stray_memory_mib)
+    return fits
 
 
 def add_share(device: Device, usage: DeviceUsage, share: DeviceShare) -> DeviceUsage:

@@ -24,11 +24,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .allocation import Allocation
-from .capacity import DeviceUsage, add_share, device_key, free_milli
+from .capacity import DeviceUsage, add_share, device_key, free_milli, shares_fit
 from .errors import RequestError
 from .fit import hosts
-from .inventory import Device, Node
+from .inventory import Device, Node, SharingMode
 from .quantity import cpu_milli
 from .request import DEFAULT_PREFIX, Demand, GpuKind, GpuRequest, parse_gpu_request
 from .state import NodeState
@@ -225,6 +227,8 @@ class Fragmentation:
             self._cpu_masks.append(mask)
         self._weights = [p for _, p in shapes]
         self._devices: dict[tuple[Any, ...], tuple[int, int]] = {}
+        # Per device kind: each GPU shape's share of such a GPU as arrays, for shares_fit
+        self._shares: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._popularity: dict[int, float] = {}
         # The last node state asked about and its profiles: a node's candidates are scored one
         # after another, and each asks for the same profiles.
@@ -236,21 +240,49 @@ class Fragmentation:
         hit = self._devices.get(key)
         if hit is not None:
             return hit
-        bits = 0
-        hosted = self._hosted
-        for bit, gpu in self._gpu_shapes:
-            can = hosted.get((key, gpu))
-            if can is None:
-                if len(hosted) > _MEMO_LIMIT:
-                    hosted.clear()
-                can = hosted[(key, gpu)] = hosts(gpu, node, device, usage)
-            if can:
-                bits |= bit
+        bits = self._bits_at_once(node, device, usage)
+        if bits is None:
+            bits = 0
+            hosted = self._hosted
+            for bit, gpu in self._gpu_shapes:
+                can = hosted.get((key, gpu))
+                if can is None:
+                    if len(hosted) > _MEMO_LIMIT:
+                        hosted.clear()
+                    can = hosted[(key, gpu)] = hosts(gpu, node, device, usage)
+                if can:
+                    bits |= bit
         if len(self._devices) > _MEMO_LIMIT:
             self._devices.clear()
         result = (free_milli(node, device, usage), bits)
         self._devices[key] = result
         return result
+
+    def _bits_at_once(self, node: Node, device: Device, usage: DeviceUsage) -> int | None:
+        """The mask of shapes one share of which fits, from :func:`~.capacity.shares_fit`
+        (every shape at once; what :func:`~.fit.hosts` answers shape by shape), or None where
+        that does not apply (MIG and exclusive GPUs, unhealthy ones)."""
+        arrays = self._shares.get(device.kind)
+        if arrays is None:
+            if device.mode is SharingMode.MIG or device.mode is SharingMode.EXCLUSIVE:
+                return None
+            selected = np.zeros(len(self._weights), dtype=bool)
+            memory = np.zeros(len(self._weights), dtype=np.int64)
+            compute = np.zeros(len(self._weights), dtype=np.int64)
+            for bit, gpu in self._gpu_shapes:
+                i = bit.bit_length() - 1
+                # a MIG request never fits a GPU outside MIG mode; the selectors, as hosts reads them
+                selected[i] = (
+                    gpu.kind is not GpuKind.MIG and gpu.allows_model(device.model.name) and gpu.allows_mode(device.mode)
+                )
+                if selected[i]:
+                    memory[i], compute[i] = gpu.share_on(device)
+            arrays = self._shares[device.kind] = (selected, memory, compute)
+        selected, memory, compute = arrays
+        fits = shares_fit(node, device, usage, memory, compute)
+        if fits is None:
+            return None
+        return int.from_bytes(np.packbits(fits & selected, bitorder="little").tobytes(), "little")
 
     def _p(self, mask: int) -> float:
         value = self._popularity.get(mask)

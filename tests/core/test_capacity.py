@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from scheduler.core.allocation import Allocation, DeviceShare
-from scheduler.core.capacity import free_milli
+from scheduler.core.capacity import DeviceUsage, free_milli, refusal, shares_fit, stray_refusal
 from scheduler.core.errors import RecordError
 from scheduler.core.fit import fit
 from scheduler.core.inventory import SharingMode
 from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.state import NodeState
-from tests.builders import make_state
+from tests.builders import make_node, make_state
 
 
 def share(milli: int = 0, memory: int = 0, compute: int = 0, count: int = 1) -> Demand:
@@ -167,3 +168,52 @@ def test_node_cpu_memory_and_pod_count_are_checked() -> None:
     assert fit(Demand(0, 2048), state).reason == "insufficient memory: needs 2048 MiB, 1024 MiB free"
     state = state.apply("a", fit(Demand(100, 100), state).allocations[0])
     assert "maximum of 1 pods" in fit(Demand(0, 0), state).reason
+
+
+@pytest.mark.parametrize("mode", ["mps", "time-slicing"])
+@pytest.mark.parametrize("oversub", [100, 150, 200])
+@pytest.mark.parametrize("stray", [0, 30_000])
+def test_shares_fit_answers_as_refusal_share_by_share(mode: str, oversub: int, stray: int) -> None:
+    """shares_fit (every share at once) against refusal and stray_refusal (one at a time), on an
+    L4 (23034 MiB) at every usage of a grid and every share of another: memory and compute
+    each below, at and past each bound, clients and replicas up to their limits."""
+    node = make_node(
+        gpus=1,
+        model="L4",
+        mode=mode,
+        mps_compute_oversub_pct=oversub,
+        ts_memory_oversub_pct=oversub,
+        device_options={"mps_client_limit": 3, "replicas": 3, "stray_memory_mib": stray},
+    )
+    device = node.devices[0]
+    total = device.memory_mib
+    sizes = [0, 1, 1000, total // 2, total - 1, total, total + 1, 2 * total]
+    computes = [0, 1, 300, 500, 999, 1000, 1001]
+    grid = [(m, c) for m in [*sizes, -1] for c in [*computes, -1]]
+    memory = np.array([m for m, _ in grid])
+    compute = np.array([c for _, c in grid])
+    checked = 0
+    for used_memory in sizes:
+        for used_compute in computes:
+            for shares in range(5):
+                for whole in (False, True):
+                    usage = DeviceUsage(used_memory, used_compute, shares, whole)
+                    got = shares_fit(node, device, usage, memory, compute)
+                    assert got is not None
+                    for k, (m, c) in enumerate(grid):
+                        share = DeviceShare(device.uuid, 0, device.mode, m, c)
+                        expected = refusal(node, device, usage, share) is None and (
+                            stray_refusal(node, device, usage, share) is None
+                        )
+                        assert bool(got[k]) == expected, (usage, m, c)
+                        checked += expected
+    assert checked  # some shares fit
+
+
+def test_shares_fit_leaves_other_modes_and_unhealthy_gpus_to_refusal() -> None:
+    some = np.array([1000])
+    for mode in ("exclusive", "mig"):
+        node = make_node(model="A100-80GB", mode=mode)
+        assert shares_fit(node, node.devices[0], DeviceUsage(), some, some) is None
+    sick = make_node(mode="mps", device_options={"healthy": False})
+    assert shares_fit(sick, sick.devices[0], DeviceUsage(), some, some) is None

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.allocation import Allocation, DeviceShare, MigSlot, decode_record, encode_record
 from scheduler.core.catalog import CATALOG, ProfileSpec
 from scheduler.core.errors import RecordError
-from scheduler.core.fit import fit
+from scheduler.core.fit import fit, hosts
+from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
 from scheduler.core.inventory import MigInstance, Node, SharingMode
 from scheduler.core.mig import best_start, slot_of
 from scheduler.core.policies import REGISTRY, make_policy
@@ -352,3 +355,51 @@ def test_part_of_a_gpu_takes_an_exclusive_gpu_only_when_the_pod_accepts_one(
                 whole = (memory, compute) == (device.memory_mib, 1000)
                 assert whole or SharingMode.EXCLUSIVE in gpu.sharing, (demand, device)
         state = state.apply(f"p{k}", placed.allocation)
+
+
+def small_shares() -> st.SearchStrategy[Demand]:
+    """Shares small in memory or in compute: many fit on one GPU, so client limits, replicas
+    and the compute sum bind before memory does."""
+    return st.builds(
+        lambda milli, memory, compute: Demand(
+            0, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=milli, memory_mib=memory, compute_milli=compute)
+        ),
+        st.just(0) | st.integers(1, 300),
+        st.just(0) | st.integers(1, 4_096),
+        st.just(0) | st.integers(100, 1_000),
+    ).filter(lambda d: bool(d.gpu.fraction_milli) != bool(d.gpu.memory_mib or d.gpu.compute_milli))
+
+
+@SETTINGS
+@given(
+    nodes(),
+    st.lists(demands() | small_shares(), max_size=10),
+    st.lists(
+        st.tuples(demands() | small_shares(), st.sampled_from([(), ("H100-80GB",), ("L4", "A30")])),
+        min_size=1,
+        max_size=12,
+    ),
+    st.lists(st.sampled_from([0, 0, 1, 5_000, 40_000]), min_size=4, max_size=4),
+)
+def test_the_fragmentation_mask_is_fits_answer_shape_by_shape(
+    node: Node, warmup: list[Demand], shapes: list[tuple[Demand, tuple[str, ...]]], strays: list[int]
+) -> None:
+    """Which typical shapes a device state can host, every shape at once (shares_fit), is
+    what hosts() answers one shape at a time: MPS and time-slicing GPUs, with and without
+    stray memory and model selectors; the other modes ask hosts() anyway."""
+    devices = tuple(replace(d, stray_memory_mib=s) for d, s in zip(node.devices, strays, strict=False))
+    node = replace(node, devices=devices)
+    state = NodeState.empty(node)
+    for k, d in enumerate(warmup):
+        found = fit(d, state)
+        if found:
+            state = state.apply(f"w{k}", found.allocations[0])
+    listed = [Demand(d.cpu_milli, 0, replace(d.gpu, models=models)) for d, models in shapes]
+    if not any(d.gpu.kind is not GpuKind.NONE for d in listed):
+        return
+    frag = Fragmentation(TypicalWorkload(tuple((d, 1 / len(listed)) for d in listed)))
+    for device, usage in zip(node.devices, state.usage, strict=True):
+        expected = sum(
+            1 << i for i, d in enumerate(listed) if d.gpu.kind is not GpuKind.NONE and hosts(d.gpu, node, device, usage)
+        )
+        assert frag.device_profile(node, device, usage)[1] == expected, (device.mode, usage, listed)
