@@ -23,7 +23,9 @@ kube-scheduler's scheduling loop (:class:`KubeScheduler`, after pkg/scheduler of
 It prints, per run: filter and prioritize p50/p99 and filter + prioritize p99 (ms, over
 HTTP), bound pods per second, scheduling attempts per second, bind failures, the server's and
 the driver's CPU per attempt, the server's resident memory, and the ratios against the
-do-nothing extender's figures of the same run.
+do-nothing extender's figures of the same run. After each run, the first calls: filter with
+every node and prioritize for 40 pods of request shapes never seen and 20 pods that fit
+nowhere (their median and slowest).
 
     python benchmarks/extender_driver.py                                  # 1,000 and 5,000 nodes
     python benchmarks/extender_driver.py --nodes 5000 --sampling default all --repeat 3
@@ -537,6 +539,9 @@ class Result:
     server_cpu_ms: float = float("nan")  # per measured attempt
     driver_cpu_ms: float = float("nan")
     server_rss_mib: float = float("nan")
+    cold_ms: list[float] = field(default_factory=list)  # filter + prioritize of shapes never seen, every node
+    hopeless_ms: list[float] = field(default_factory=list)  # the same for pods that fit nowhere
+    hopeless_passed: int = 0  # of those, how many some node passed (0 unless the extender errs)
 
     @property
     def bound_per_s(self) -> float:
@@ -637,6 +642,48 @@ class KubeScheduler:
         if self.mode == "names":
             return b'{"Pod":' + pod + b',"Nodes":null,"NodeNames":' + listed + b"}"
         return b'{"Pod":' + pod + b',"Nodes":' + listed + b',"NodeNames":null}'
+
+    def first_calls(self, result: Result, count: int = 40, seed: int = 7) -> None:
+        """Filter with every node, then prioritize on the survivors, for ``count`` pods of request
+        shapes never seen (memory sizes off the mix's 256 MiB grid, compute shares of 1 percent
+        steps) and ``count // 2`` pods that fit nowhere (more GPUs than a node has, more memory than a GPU, a model
+        the cluster lacks; each of a shape of its own), into
+        ``result.cold_ms`` and ``result.hopeless_ms``: the slowest calls an extender can get."""
+        rng = random.Random(seed)
+        conn = Connection(self.port)
+        listed = self.all_names if self.mode == "names" else self.listed(np.arange(len(self.names)))
+        cold = [
+            {"gpu-memory": str(rng.randint(1_000, 80_000) | 1), "gpu-compute": str(rng.randint(1, 99))}
+            if k % 2
+            else {"gpu-fraction": f"{rng.randint(1, 999) / 1000:.3f}"}
+            for k in range(count)
+        ]
+        hopeless = [
+            {"gpu-count": str(9 + k)}
+            if k % 3 == 0
+            else {"gpu-memory": f"{150 + k}Gi"}
+            if k % 3 == 1
+            else {"gpu-model": "A30", "gpu-memory": str(1_000 + k)}
+            for k in range(count // 2)
+        ]
+        for into, kind, shapes in ((result.cold_ms, "cold", cold), (result.hopeless_ms, "hopeless", hopeless)):
+            for k, wanted in enumerate(shapes):
+                pod = orjson.dumps(make_pod(f"first-{kind}-{k}", wanted, 1, 8))
+                t0 = time.perf_counter()
+                data = conn.post(b"/filter", self.body(pod, listed))
+                if self.mode == "names":
+                    answer, survivors = split_filter_answer(data)
+                    empty = survivors in (b"[]", b"null") or bool(answer.get("Error"))
+                else:
+                    answer = orjson.loads(data)
+                    items = (answer["Nodes"] or {}).get("items", [])
+                    survivors = b'{"metadata":{},"items":[' + b",".join(orjson.dumps(n) for n in items) + b"]}"
+                    empty = not items or bool(answer.get("Error"))
+                if not empty:
+                    conn.post(b"/prioritize", self.body(pod, survivors))
+                    result.hopeless_passed += kind == "hopeless"
+                into.append((time.perf_counter() - t0) * 1000)
+        conn.close()
 
     def run(
         self,
@@ -818,6 +865,7 @@ def measure(
     with running(command, port, log, cpus) as (client, pid):
         scheduler = KubeScheduler(port, cluster.nodes, cluster.running, percentage=SAMPLING[sampling], mode=mode)
         got = scheduler.run(cluster.pending, warmup, pid)
+        scheduler.first_calls(got)
         bad = over_allocated(client) if "--noop-port" not in command else 0
     return got, bad
 
@@ -846,6 +894,9 @@ COLUMNS = (
     "x p99",
     "x bound/s",
     "over-alloc",
+    "cold p50",
+    "cold max",
+    "hopeless max",
     "load 1m",
 )
 
@@ -870,6 +921,9 @@ def row(n: int, sampling: str, name: str, got: Result, base: Result | None, bad:
         f"{both / both_p99(base):.2f}" if base else "-",
         f"{got.bound_per_s / base.bound_per_s:.2f}" if base and base.bound_per_s else "-",
         str(bad),
+        f"{pct(got.cold_ms, 50):.2f}",
+        f"{max(got.cold_ms, default=float('nan')):.2f}",
+        f"{max(got.hopeless_ms, default=float('nan')):.2f}",
         f"{os.getloadavg()[0]:.2f}",
     )
 
@@ -923,6 +977,8 @@ def run(args: argparse.Namespace) -> None:
         "percentageOfNodesToScore unset (adaptive), all = every node; bound/s: pods bound per second; "
         "tries/s: scheduling attempts per second (pods that fit nowhere included); cpu/try: CPU ms per attempt "
         "of the server and of this driver; x: the ratio against the do-nothing extender of the same run; "
+        "cold p50, cold / hopeless max: the median and slowest filter + prioritize, every node listed, of 40 "
+        "pods of shapes never seen and of 20 pods that fit nowhere, after the run; "
         f"logs in {work})"
     )
     if not args.keep:

@@ -69,7 +69,9 @@ def test_a_short_run_schedules_every_pod_without_over_allocation(tmp_path: Path)
     port = driver.free_port()
     command = [*driver.gpuslice_command(), "serve", "--cluster-file", str(path), "--port", str(port)]
     with driver.running(command, port, tmp_path / "serve.log") as (client, pid):
-        got = driver.KubeScheduler(port, cluster.nodes, cluster.running).run(cluster.pending, 10, pid)
+        scheduler = driver.KubeScheduler(port, cluster.nodes, cluster.running)
+        got = scheduler.run(cluster.pending, 10, pid)
+        scheduler.first_calls(got, count=6)
         bad = driver.over_allocated(client)
         placed = client.get("/debug/nodes")["nodes"]
     assert bad == 0
@@ -78,6 +80,9 @@ def test_a_short_run_schedules_every_pod_without_over_allocation(tmp_path: Path)
     held = [entry["pod"] for node in placed for entry in node.get("pods") or []]
     assert len(held) == len(set(held))  # no pod placed twice
     assert len(held) >= got.bound  # every bind the driver counted is held by the service
+    # first calls of new shapes and of hopeless pods: each timed, no hopeless pod passed anywhere
+    assert len(got.cold_ms) == 6 and len(got.hopeless_ms) == 3 and min(got.cold_ms + got.hopeless_ms) > 0
+    assert got.hopeless_passed == 0
 
 
 @pytest.mark.parametrize(
