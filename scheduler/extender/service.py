@@ -10,6 +10,7 @@ and counts its decision in the cache at once so the next filter sees it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -166,17 +167,18 @@ class Extender:
         if counts:
             self.metrics.reject_counts(counts)
         passed_names = survivors.names
-        log.debug(
-            "filter",
-            extra={
-                "pod": request.key,
-                "request": demand.gpu.describe(),
-                "passed": len(passed_names),
-                "failed": int((outcomes.status == Status.UNSCHEDULABLE).sum()),
-                "unresolvable": int((outcomes.status == Status.UNRESOLVABLE).sum()),
-                "node": passed_names[0] if len(passed_names) == 1 else None,
-            },
-        )
+        if log.isEnabledFor(logging.DEBUG):  # its counts are worked out only when they are written
+            log.debug(
+                "filter",
+                extra={
+                    "pod": request.key,
+                    "request": demand.gpu.describe(),
+                    "passed": len(passed_names),
+                    "failed": int((outcomes.status == Status.UNSCHEDULABLE).sum()),
+                    "unresolvable": int((outcomes.status == Status.UNRESOLVABLE).sum()),
+                    "node": passed_names[0] if len(passed_names) == 1 else None,
+                },
+            )
         return wire.filter_result(
             args,
             np.flatnonzero(fits).tolist() if args.nodes is not None else [],
