@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core.board import Board
+from scheduler.core import board as board_module
+from scheduler.core.board import Board, Status
 from scheduler.core.fit import fit
 from scheduler.core.fragmentation import TypicalWorkload
+from scheduler.core.inventory import Node
 from scheduler.core.policies import REGISTRY, make_policy
 from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.select import evaluate, rank
@@ -160,3 +162,40 @@ def test_board_works_out_again_only_the_nodes_that_changed() -> None:
     assert n0 is not None
     board.put(n0.apply("a", fit(share(100), n0).allocations[0]))  # now like n1: one share of 100
     assert board.scores(policy, share(50)).tolist()[0] == 15.0 and policy.calls["n0"] == 1
+
+
+def test_nodes_that_could_not_host_the_pod_even_empty_are_not_asked_about_their_gpus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Three kinds of node: H100 MPS, L4 time-slicing, H100 exclusive, each in its own state.
+    states = [
+        make_state(name="mps", gpus=2, mode="mps"),
+        make_state(name="ts", gpus=2, model="L4", mode="time-slicing", device_options={"replicas": 4}),
+        make_state(name="ex", gpus=2),
+    ]
+    states[0] = states[0].apply("x", fit(share(300), states[0]).allocations[0])
+    board = Board(states)
+    asked: list[str] = []
+    real = board_module.device_share
+
+    def counting(gpu: GpuRequest, node: Node, *rest: object) -> object:
+        asked.append(node.name)
+        return real(gpu, node, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(board_module, "device_share", counting)
+    policy = make_policy("binpack")
+    # 16 GPUs: more than any node has; 100 GiB on one GPU: more than any GPU has; an A30: none here
+    for gpu in (
+        GpuRequest(GpuKind.WHOLE, 16),
+        GpuRequest(GpuKind.SHARE, 1, memory_mib=100 * 1024),
+        GpuRequest(GpuKind.WHOLE, 1, models=("A30",)),
+    ):
+        outcomes = board.filter(policy, Demand(0, 0, gpu))
+        assert outcomes.status.tolist() == [Status.UNRESOLVABLE] * 3
+        assert asked == []
+    # part of a GPU: the exclusive node could not host it even empty (its reason says why), and
+    # only the other two nodes' GPU states are asked about
+    outcomes = board.filter(policy, share(250))
+    assert outcomes.status.tolist() == [Status.FITS, Status.FITS, Status.UNRESOLVABLE]
+    assert outcomes.texts[outcomes.reason[2]].startswith("GPU 0 is exclusive")
+    assert sorted(set(asked)) == ["mps", "ts"]
