@@ -230,6 +230,7 @@ class Fragmentation:
         # Per device kind: each GPU shape's share of such a GPU as arrays, for shares_fit
         self._shares: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._popularity: dict[int, float] = {}
+        self._short: dict[tuple[int, ...], int] = {}  # see _too_few
         # The last node state asked about and its profiles: a node's candidates are scored one
         # after another, and each asks for the same profiles.
         self._last: tuple[NodeState | None, list[tuple[int, int]]] = (None, [])
@@ -299,14 +300,27 @@ class Fragmentation:
         """F_n(M) of a node whose devices have ``profiles`` and ``cpu_free`` milli-CPU left."""
         level = self.cpu_level(cpu_free)
         feasible = self._cpu_masks[level - 1] if level else 0
-        for bit, count in self._multi:
-            if feasible & bit and sum(1 for _, b in profiles if b & bit) < count:
-                feasible &= ~bit
+        if self._multi:
+            feasible &= ~self._too_few(tuple(b for _, b in profiles))
         total = 0.0
         for free, bits in profiles:
             if free:
                 total += free * (1.0 - self._p(bits & feasible))
         return total
+
+    def _too_few(self, bits: tuple[int, ...]) -> int:
+        """The mask of multi-GPU shapes that fewer GPUs than they ask for can host, of a node
+        whose GPUs host ``bits`` (kept per tuple: GPUs in the same states give the same)."""
+        found = self._short.get(bits)
+        if found is None:
+            found = 0
+            for bit, count in self._multi:
+                if sum(1 for b in bits if b & bit) < count:
+                    found |= bit
+            if len(self._short) > _MEMO_LIMIT:
+                self._short.clear()
+            self._short[bits] = found
+        return found
 
     def profiles(self, state: NodeState) -> list[tuple[int, int]]:
         """(free milli-GPU, shapes it can host) of each of the node's GPUs."""

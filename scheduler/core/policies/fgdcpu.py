@@ -113,6 +113,7 @@ class FgdCpu:
         self.version = 0
         self._classes: np.ndarray | None = None
         self._last: tuple[object, object, tuple[float, float]] = (None, None, (0.0, 0.0))
+        self._before: tuple[object, object, float, float] = (None, None, 0.0, 0.0)  # C_before of the last state
         self._hosted: dict[tuple[object, ...], bool] = {}  # shared by every estimate's Fragmentation
         self._adopt(prior)
 
@@ -144,7 +145,14 @@ class FgdCpu:
         frag = self.fragmentation
         profiles = frag.profiles(state)
         gpu_free = sum(free for free, _ in profiles)
-        before = frag.frag(profiles, state.cpu_free) + self.stranding_weight * self.stranded(gpu_free, state.cpu_free)
+        kept = self._before
+        if kept[0] is state and kept[1] is frag and kept[2] == self.stranding_weight:
+            before = kept[3]  # the node's other candidates asked it a moment ago
+        else:
+            before = frag.frag(profiles, state.cpu_free) + self.stranding_weight * self.stranded(
+                gpu_free, state.cpu_free
+            )
+            self._before = (state, frag, self.stranding_weight, before)
         cpu_after = state.cpu_free - allocation.cpu_milli
         left = gpu_free - allocated_milli(allocation)
         after = frag.frag_after(state, allocation, profiles) + self.stranding_weight * self.stranded(left, cpu_after)
