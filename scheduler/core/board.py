@@ -568,9 +568,11 @@ class Board:
             stale = positions[table.stamps[positions] != self._stamp[positions]]
         if len(stale):
             fits = np.zeros(len(stale), dtype=bool)
-            hopeful = self._could_host(demand.gpu, stale)
+            # nodes whose kind could not host the GPU request even empty are not asked about
+            # their GPU states (a pod that fits nowhere costs nothing per GPU state then)
+            hopeful = self._never_fits(Demand(0, 0, demand.gpu), stale) == 0
             if hopeful.any():
-                fits[hopeful] = self._gpu_fits(demand.gpu, stale[hopeful] if not hopeful.all() else stale)
+                fits[hopeful] = self._gpu_fits(demand.gpu, stale[hopeful])
             out = stale[~fits]
             table.scores[out] = -np.inf
             table.moves[:, out] = -1
@@ -580,18 +582,6 @@ class Board:
                 self._score(policy, demand, table, work)
             table.stamps[stale] = self._stamp[stale]
         return table
-
-    def _could_host(self, gpu: GpuRequest, positions: np.ndarray) -> np.ndarray:
-        """Per position, whether a node of its kind could host ``gpu`` were it empty: nodes that
-        could not are never asked about their GPU states (a pod that fits nowhere, a MIG
-        profile on a cluster of mostly other GPUs cost nothing per GPU state then)."""
-        kinds = self._kind[positions]
-        has: np.ndarray = kinds >= 0
-        if gpu.kind is GpuKind.NONE:
-            return has
-        by_kind = self._never_by_kind(Demand(0, 0, gpu), set(kinds[has].tolist()))
-        hopeful: np.ndarray = has & (by_kind[np.where(has, kinds, 0)] == 0)
-        return hopeful
 
     def _state(self, i: int) -> NodeState:
         state = self._states[i]
