@@ -240,6 +240,7 @@ class Board:
         self._node_group = np.zeros(0, dtype=np.int64)  # per position, -1 without GPUs
         self._dev_groups: list[list[int]] = []  # per position, the group of each GPU
         self._kind_nodes: dict[int, Node] = {}  # a node of each kind (to fit pods on it empty)
+        self._kind_empty: dict[int, NodeState] = {}  # that node, empty (made when first asked)
         # Each GPU of each node by its device state (kind, oversubscription, usage) as a small
         # int, 0 for no GPU: GPUs in one state answer every fit question alike, so a request is
         # worked out once per state (there are far fewer states than GPUs), then per node by
@@ -420,12 +421,12 @@ class Board:
         kinds = self._kind[: self._size][alive]
         groups = self._node_group[: self._size][alive]
         has = (kinds >= 0) & (groups >= 0)
-        pairs = set(zip(kinds[has].tolist(), groups[has].tolist(), strict=True))
-        never = self._never_by_kind(demand, {k for k, _ in pairs})
-        out = np.zeros(len(self._group_ids), dtype=bool)
-        for kind, group in pairs:
-            if never[kind] == 0:
-                out[group] = True
+        width = len(self._group_ids)
+        pairs = np.unique(kinds[has] * width + groups[has])  # each (kind, group) once
+        kind_of, group_of = pairs // width, pairs % width
+        never = self._never_by_kind(demand, set(kind_of.tolist()))
+        out = np.zeros(width, dtype=bool)
+        out[group_of[never[kind_of] == 0]] = True
         return out
 
     def _compact(self) -> None:
@@ -598,19 +599,15 @@ class Board:
             memo = table.by_signature
             if len(memo) > self._size // 2 + 256:
                 memo.clear()
-            slots: dict[int, int] = {}  # signature -> its place in scored
+            # one question per signature: the positions that share one are told apart by arrays
+            signatures, first, at = np.unique(self._signature[work], return_index=True, return_inverse=True)
             scored = []
-            places = []
-            for sig, i in zip(self._signature[work].tolist(), work.tolist(), strict=True):
-                place = slots.get(sig)
-                if place is None:
-                    found = memo.get(sig)
-                    if found is None:
-                        found = memo[sig] = score_node(policy, demand, self._state(i))
-                    place = slots[sig] = len(scored)
-                    scored.append(found)
-                places.append(place)
-            at = np.array(places, dtype=np.int64)
+            for sig, i in zip(signatures.tolist(), work[first].tolist(), strict=True):
+                found = memo.get(sig)
+                if found is None:
+                    found = memo[sig] = score_node(policy, demand, self._state(i))
+                scored.append(found)
+            at = at.reshape(-1)
         values = np.empty(len(scored))
         moves = np.empty((2, len(scored)), dtype=np.int64)
         for k, result in enumerate(scored):
@@ -726,9 +723,16 @@ class Board:
             self._never.move_to_end(key)
         for kind in kinds:
             if by_kind[kind] < 0:
-                empty = fit(demand, NodeState.empty(self._kind_nodes[kind]))
+                empty = fit(demand, self._empty_of(kind))
                 by_kind[kind] = 0 if empty else self._text(empty.reason)
         return by_kind
+
+    def _empty_of(self, kind: int) -> NodeState:
+        """The node of ``kind`` (see ``_kind_nodes``) with nothing on it, made once."""
+        found = self._kind_empty.get(kind)
+        if found is None:
+            found = self._kind_empty[kind] = NodeState.empty(self._kind_nodes[kind])
+        return found
 
     def scores(self, policy: Policy, demand: Demand, positions: np.ndarray | None = None) -> np.ndarray:
         """Per position (all nodes if None), the policy's finished score: adjusted for the
