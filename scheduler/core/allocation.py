@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -16,9 +16,10 @@ from .errors import RecordError
 from .inventory import SharingMode
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class MigSlot:
-    """A MIG instance in use: ``size`` memory slots from ``start``, ``slices`` compute slices."""
+class MigSlot(NamedTuple):
+    """A MIG instance in use: ``size`` memory slots from ``start``, ``slices`` compute slices.
+    A named tuple, not a dataclass: usages holding it are hashed, compared and sorted in every
+    fit question, and a tuple does all three in C (ordered by start, then size, slices, profile)."""
 
     start: int
     size: int

@@ -245,63 +245,80 @@ def free(node: Node, device: Device, usage: DeviceUsage) -> Free:
     an exclusive GPU with any has nothing free, and on MPS and time-slicing GPUs it is taken
     from the free memory.
     """
+    memory, compute, milli = _amounts(node, device, usage)
+    return Free(memory, compute, milli, _detail(device, usage))
+
+
+def free_milli(node: Node, device: Device, usage: DeviceUsage) -> int:
+    """The free share of one GPU in milli-GPU (see :func:`free`), without its description."""
+    return _amounts(node, device, usage)[2]
+
+
+def _amounts(node: Node, device: Device, usage: DeviceUsage) -> tuple[int, int, int]:
+    """Free memory (MiB), free compute and the free share (milli-GPU) of :func:`free`."""
     if not device.healthy:
-        return Free(0, 0, 0, "unhealthy")
+        return 0, 0, 0
+    mode = device.mode
+    if mode is SharingMode.EXCLUSIVE:
+        if usage.shares or device.stray_memory_mib:
+            return 0, 0, 0
+        return device.memory_mib, MILLI, MILLI
+    if mode is SharingMode.MIG:
+        return _mig_amounts(device, usage)
+    used_mib = usage.memory_mib + device.stray_memory_mib
+    memory_share = max(0, device.memory_mib - used_mib) * MILLI // device.memory_mib
+    if mode is SharingMode.MPS:
+        if usage.shares >= device.mps_client_limit or usage.whole:
+            return 0, 0, 0
+        cap = MILLI * node.mps_compute_oversub_pct // 100
+        share = max(0, min(MILLI - usage.compute_milli, memory_share))
+        return max(0, device.memory_mib - used_mib), max(0, cap - usage.compute_milli), share
+    if usage.shares >= device.replicas or usage.whole:
+        return 0, 0, 0
+    cap_mib = device.memory_mib * node.ts_memory_oversub_pct // 100
+    return max(0, cap_mib - used_mib), max(0, MILLI - usage.compute_milli), memory_share
+
+
+def _mig_amounts(device: Device, usage: DeviceUsage) -> tuple[int, int, int]:
+    layout = device.model.mig
+    if layout is None:
+        return 0, 0, 0
+    if device.mig_static:
+        taken = {(s.profile, s.start) for s in usage.mig}
+        left = [i for i in device.mig_instances if (i.profile.name, i.start) not in taken]
+        return (
+            sum(i.profile.memory_mib for i in left),
+            sum(i.profile.compute_slices for i in left) * MILLI // layout.compute_slices,
+            sum(i.profile.memory_slots for i in left) * MILLI // layout.memory_slots,
+        )
+    slots = layout.memory_slots - sum(s.size for s in usage.mig)
+    slices = layout.compute_slices - sum(s.slices for s in usage.mig)
+    return (
+        slots * device.memory_mib // layout.memory_slots,
+        slices * MILLI // layout.compute_slices,
+        min(slots * MILLI // layout.memory_slots, slices * MILLI // layout.compute_slices),
+    )
+
+
+def _detail(device: Device, usage: DeviceUsage) -> str:
+    """How :func:`free` describes a GPU: MIG slots in use, MPS clients, time-slicing replicas."""
+    if not device.healthy:
+        return "unhealthy"
     mode = device.mode
     stray = device.stray_memory_mib if mode is not SharingMode.MIG else 0
     note = f"; stray {stray} MiB" if stray else ""
     if mode is SharingMode.EXCLUSIVE:
         if usage.shares:
-            return Free(0, 0, 0, "in use" + note)
-        if stray:
-            return Free(0, 0, 0, f"not free: stray {stray} MiB")
-        return Free(device.memory_mib, MILLI, MILLI, "free")
+            return "in use" + note
+        return f"not free: stray {stray} MiB" if stray else "free"
     if mode is SharingMode.MIG:
-        return _mig_free(device, usage)
-    used_mib = usage.memory_mib + stray
-    memory_share = max(0, device.memory_mib - used_mib) * MILLI // device.memory_mib
+        if device.model.mig is None:
+            return "no MIG layout"
+        used = ", ".join(f"{s.profile}@{s.start}" for s in usage.mig) or "none"
+        return f"static; used {used}" if device.mig_static else f"dynamic; used {used}"
     if mode is SharingMode.MPS:
-        cap = MILLI * node.mps_compute_oversub_pct // 100
-        detail = f"{usage.shares}/{device.mps_client_limit} clients{note}"
-        if usage.shares >= device.mps_client_limit or usage.whole:
-            return Free(0, 0, 0, detail)
-        share = max(0, min(MILLI - usage.compute_milli, memory_share))
-        return Free(max(0, device.memory_mib - used_mib), max(0, cap - usage.compute_milli), share, detail)
-    cap_mib = device.memory_mib * node.ts_memory_oversub_pct // 100
-    detail = f"{usage.shares}/{device.replicas} replicas{note}"
-    if usage.shares >= device.replicas or usage.whole:
-        return Free(0, 0, 0, detail)
-    return Free(max(0, cap_mib - used_mib), max(0, MILLI - usage.compute_milli), memory_share, detail)
-
-
-def _mig_free(device: Device, usage: DeviceUsage) -> Free:
-    layout = device.model.mig
-    if layout is None:
-        return Free(0, 0, 0, "no MIG layout")
-    used = ", ".join(f"{s.profile}@{s.start}" for s in usage.mig) or "none"
-    if device.mig_static:
-        taken = {(s.profile, s.start) for s in usage.mig}
-        left = [i for i in device.mig_instances if (i.profile.name, i.start) not in taken]
-        slots = sum(i.profile.memory_slots for i in left)
-        return Free(
-            sum(i.profile.memory_mib for i in left),
-            sum(i.profile.compute_slices for i in left) * MILLI // layout.compute_slices,
-            slots * MILLI // layout.memory_slots,
-            f"static; used {used}",
-        )
-    slots = layout.memory_slots - sum(s.size for s in usage.mig)
-    slices = layout.compute_slices - sum(s.slices for s in usage.mig)
-    return Free(
-        slots * device.memory_mib // layout.memory_slots,
-        slices * MILLI // layout.compute_slices,
-        min(slots * MILLI // layout.memory_slots, slices * MILLI // layout.compute_slices),
-        f"dynamic; used {used}",
-    )
-
-
-def free_milli(node: Node, device: Device, usage: DeviceUsage) -> int:
-    """The free share of one GPU in milli-GPU (see :func:`free`)."""
-    return free(node, device, usage).milli
+        return f"{usage.shares}/{device.mps_client_limit} clients{note}"
+    return f"{usage.shares}/{device.replicas} replicas{note}"
 
 
 def gap_level(free_share: int) -> int:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .allocation import Allocation
-from .capacity import GAP_LEVELS, add_share, device_key, free, gap_level
+from .capacity import GAP_LEVELS, add_share, device_key, free_milli, gap_level
 from .fit import gpu_fit, host_reason
 from .groups import Groups, groups_of
 from .policies.base import Policy, Reads, reads
@@ -84,10 +84,9 @@ def gap_move(demand: Demand, state: NodeState, alloc: Allocation) -> tuple[int, 
         return NO_MOVE
     share = alloc.shares[0]
     node = state.node
-    device, usage = node.devices[share.index], state.usage[share.index]
-    return gap_level(free(node, device, usage).milli), gap_level(
-        free(node, device, add_share(device, usage, share)).milli
-    )
+    device = node.devices[share.index]
+    after = free_milli(node, device, add_share(device, state.usage[share.index], share))
+    return gap_level(state.frees[share.index].milli), gap_level(after)
 
 
 def _scored(
