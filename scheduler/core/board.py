@@ -204,6 +204,20 @@ class _Ids:
         return len(self.values)
 
 
+def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct rows of a 2-D integer array (in ascending order), the index of each one's
+    first occurrence, and each row's place among them: ``np.unique(rows, axis=0,
+    return_index=True, return_inverse=True)``, by one sort of the columns (numpy's sorts
+    rows as opaque records, several times slower)."""
+    order = np.lexsort(rows.T[::-1])
+    ranked = rows[order]
+    new = np.ones(len(rows), dtype=bool)
+    new[1:] = (ranked[1:] != ranked[:-1]).any(axis=1)
+    inverse = np.empty(len(rows), dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return ranked[new], order[new], inverse
+
+
 def _signature(kind: int, state: NodeState) -> Hashable:
     """What a node's score can depend on (see Reads): nodes with equal signatures score alike."""
     return (kind, state.usage, state.cpu_milli, state.memory_mib, len(state.pods))
@@ -503,7 +517,7 @@ class Board:
         devices = self._devs[positions]
         table = self._hosted(gpu, devices)
         rows = np.column_stack([self._kind[positions].astype(np.int64), devices])
-        unique, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        unique, first, inverse = _unique_rows(rows)
         texts = np.zeros(len(unique), dtype=np.int32)
         for u in range(len(unique)):
             state = self._states[int(positions[first[u]])]
@@ -519,7 +533,7 @@ class Board:
                 else:
                     refusals.append(refused)
             texts[u] = self._text(shortage(gpu, state.node, options, refusals))
-        reasons: np.ndarray = texts[inverse.reshape(-1)]
+        reasons: np.ndarray = texts[inverse]
         return reasons
 
     def _text(self, text: str) -> int:

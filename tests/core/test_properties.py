@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.allocation import Allocation, DeviceShare, MigSlot, decode_record, encode_record
+from scheduler.core.board import _unique_rows
 from scheduler.core.catalog import CATALOG, ProfileSpec
 from scheduler.core.errors import RecordError
 from scheduler.core.fit import fit, hosts
@@ -403,3 +405,19 @@ def test_the_fragmentation_mask_is_fits_answer_shape_by_shape(
             1 << i for i, d in enumerate(listed) if d.gpu.kind is not GpuKind.NONE and hosts(d.gpu, node, device, usage)
         )
         assert frag.device_profile(node, device, usage)[1] == expected, (device.mode, usage, listed)
+
+
+@given(
+    st.integers(0, 40).flatmap(
+        lambda n: st.lists(st.lists(st.integers(-1, 5), min_size=3, max_size=3), min_size=n, max_size=n)
+    )
+)
+def test_the_boards_distinct_rows_are_numpys(rows: list[list[int]]) -> None:
+    """The board groups nodes by (kind, device states) with one sort of the columns; it must
+    answer exactly as np.unique over rows (the distinct rows, first occurrences, places)."""
+    array = np.array(rows, dtype=np.int64).reshape(-1, 3)
+    unique, first, inverse = _unique_rows(array)
+    want_unique, want_first, want_inverse = np.unique(array, axis=0, return_index=True, return_inverse=True)
+    assert unique.tolist() == want_unique.tolist()
+    assert first.tolist() == want_first.tolist()
+    assert inverse.tolist() == want_inverse.reshape(-1).tolist()
