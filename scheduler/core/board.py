@@ -492,13 +492,15 @@ class Board:
                 assert entry is not None
                 node, device, usage = entry
                 allowed = gpu.allows_model(device.model.name) and gpu.allows_mode(device.mode)
-                result = device_share(gpu, node, device, usage)
-                refused = result if isinstance(result, Refusal) else None
                 table.allowed[device_id] = allowed
-                table.hosts[device_id] = allowed and refused is None
-                if refused is not None:
-                    table.refusals[device_id] = refused
                 table.known[device_id] = True
+                if not allowed:  # the pod's selectors rule the GPU out: no capacity question
+                    continue
+                result = device_share(gpu, node, device, usage)
+                if isinstance(result, Refusal):
+                    table.refusals[device_id] = result
+                else:
+                    table.hosts[device_id] = True
         return table
 
     def _gpu_fits(self, gpu: GpuRequest, positions: np.ndarray) -> np.ndarray:
