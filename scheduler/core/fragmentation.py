@@ -35,6 +35,7 @@ from .quantity import cpu_milli
 from .request import DEFAULT_PREFIX, Demand, GpuKind, GpuRequest, parse_gpu_request
 from .state import NodeState
 
+_STATES_KEPT = 8192  # node states whose profiles are kept (see Fragmentation.profiles)
 _MEMO_LIMIT = 200_000
 
 
@@ -234,6 +235,10 @@ class Fragmentation:
         # The last node state asked about and its profiles: a node's candidates are scored one
         # after another, and each asks for the same profiles.
         self._last: tuple[NodeState | None, list[tuple[int, int]]] = (None, [])
+        # The profiles of the node states asked about lately, for every request shape: a state is
+        # scored once per shape, and a new shape asks every node again. Kept by the state's id
+        # with the state itself (so the id cannot be another's while it is kept).
+        self._by_state: dict[int, tuple[NodeState, list[tuple[int, int]]]] = {}
 
     def device_profile(self, node: Node, device: Device, usage: DeviceUsage) -> tuple[int, int]:
         """(free milli-GPU, bit mask of the typical shapes one share of which fits)."""
@@ -326,8 +331,15 @@ class Fragmentation:
         """(free milli-GPU, shapes it can host) of each of the node's GPUs."""
         last, found = self._last
         if last is not state:
-            node = state.node
-            found = [self.device_profile(node, d, u) for d, u in zip(node.devices, state.usage, strict=True)]
+            kept = self._by_state.get(id(state))
+            if kept is not None and kept[0] is state:
+                found = kept[1]
+            else:
+                node = state.node
+                found = [self.device_profile(node, d, u) for d, u in zip(node.devices, state.usage, strict=True)]
+                if len(self._by_state) >= _STATES_KEPT:
+                    self._by_state.clear()
+                self._by_state[id(state)] = (state, found)
             self._last = (state, found)
         return found
 

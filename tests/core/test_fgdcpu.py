@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from scheduler.core.fit import fit
 from scheduler.core.fragmentation import OnlineWorkload, Shape, TypicalWorkload, workload_of
 from scheduler.core.policies.fgdcpu import FgdCpu, FgdCpuOptions, gpu_per_cpu
 from scheduler.core.request import Demand, GpuKind, GpuRequest
@@ -141,3 +142,26 @@ def test_simulator_does_not_hand_fgd_cpu_the_whole_trace_workload() -> None:
     assert isinstance(policy, FgdCpu)
     assert policy.online is not None and policy.online.workload is DEFAULT_WORKLOAD
     assert policy.fragmentation.workload is DEFAULT_WORKLOAD
+
+
+@pytest.mark.parametrize("used_cpu", [0, 30_000, 76_000, 83_000, 84_000, 90_000, 95_000])
+def test_cost_after_a_pod_without_gpus_is_worked_out_in_full(used_cpu: int) -> None:
+    """A pod without GPUs keeps F unless its CPU moves the node's CPU level: C after must be what
+    the full question answers (F after the placement plus the stranding), at and across the
+    levels of the workload's CPU requests (12 and 20 cores: 96 - 84 = 12 sits on an edge)."""
+    policy = FgdCpu(FgdCpuOptions((*PINNED_SHAPES, Shape(1.0, cpu=20, gpu_count="2")), learn=False))
+    base = make_state(name="n", gpus=8, mode="mps", cpu_milli=96_000)
+    state = NodeState(base.node, base.usage, used_cpu)
+    frag = policy.fragmentation
+    gpu_free = sum(free for free, _ in frag.profiles(state))
+    levels = set()
+    for cpu_request in range(0, state.cpu_free + 1, 1_000):
+        found = fit(Demand(cpu_request, 0, GpuRequest(GpuKind.NONE, 0)), state)
+        assert found, found.reason
+        before, after = policy._costs(state, found.allocations[0])
+        cpu_after = state.cpu_free - cpu_request
+        levels.add(frag.cpu_level(cpu_after))
+        stranded = policy.stranding_weight * policy.stranded(gpu_free, cpu_after)
+        assert after == frag.frag(frag.profiles(state), cpu_after) + stranded
+        assert before == frag.node_frag(state) + policy.stranding_weight * policy.stranded(gpu_free, state.cpu_free)
+    assert len(levels) == 1 + sum(state.cpu_free >= c for c in (12_000, 20_000))  # the edges were crossed

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.core import fragmentation as fragmentation_module
 from scheduler.core.catalog import CATALOG, ProfileSpec, canonical_model_name, lookup_model
 from scheduler.core.fit import fit
 from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
@@ -140,3 +141,18 @@ def test_catalog_has_the_models_the_issue_names() -> None:
     assert (unknown.memory_mib, unknown.sm_count, unknown.mig) == (200_000, 160, None)
     with pytest.raises(ValueError, match="needs its memory"):
         lookup_model("B300-PROTO")
+
+
+def test_profiles_are_kept_per_state_boundedly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The profiles of the states asked about lately are kept for the next request shape, at most
+    so many at once, and always those of the state asked about (not of one it replaced)."""
+    monkeypatch.setattr(fragmentation_module, "_STATES_KEPT", 3)
+    frag = Fragmentation(TypicalWorkload(((share(500), 0.5), (whole(2), 0.5))))
+    fresh = Fragmentation(frag.workload)
+    base = make_state(gpus=2, mode="mps")
+    states = [with_free(base, 100 * k, 0) for k in range(8)]  # one node, eight states of it
+    for state in states + states[::-1] + states:
+        got = frag.profiles(state)
+        assert got == fresh.profiles(state) and got[0][0] == 1000 - 100 * states.index(state)
+        assert len(frag._by_state) <= 3
+    assert frag.profiles(states[-1]) is frag.profiles(states[-1])  # kept, not worked out again

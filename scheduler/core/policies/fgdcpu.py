@@ -113,7 +113,8 @@ class FgdCpu:
         self.version = 0
         self._classes: np.ndarray | None = None
         self._last: tuple[object, object, tuple[float, float]] = (None, None, (0.0, 0.0))
-        self._before: tuple[object, object, float, float] = (None, None, 0.0, 0.0)  # C_before of the last state
+        # F and C before placement of the last state asked about
+        self._before: tuple[object, object, float, float, float] = (None, None, 0.0, 0.0, 0.0)
         self._hosted: dict[tuple[object, ...], bool] = {}  # shared by every estimate's Fragmentation
         self._adopt(prior)
 
@@ -147,15 +148,18 @@ class FgdCpu:
         gpu_free = sum(free for free, _ in profiles)
         kept = self._before
         if kept[0] is state and kept[1] is frag and kept[2] == self.stranding_weight:
-            before = kept[3]  # the node's other candidates asked it a moment ago
+            frag_before, before = kept[3], kept[4]  # the node's other candidates asked it a moment ago
         else:
-            before = frag.frag(profiles, state.cpu_free) + self.stranding_weight * self.stranded(
-                gpu_free, state.cpu_free
-            )
-            self._before = (state, frag, self.stranding_weight, before)
+            frag_before = frag.frag(profiles, state.cpu_free)
+            before = frag_before + self.stranding_weight * self.stranded(gpu_free, state.cpu_free)
+            self._before = (state, frag, self.stranding_weight, frag_before, before)
         cpu_after = state.cpu_free - allocation.cpu_milli
         left = gpu_free - allocated_milli(allocation)
-        after = frag.frag_after(state, allocation, profiles) + self.stranding_weight * self.stranded(left, cpu_after)
+        if not allocation.shares and frag.cpu_level(cpu_after) == frag.cpu_level(state.cpu_free):
+            frag_after = frag_before  # F reads the CPU by its level only: a pod without GPUs moves F no other way
+        else:
+            frag_after = frag.frag_after(state, allocation, profiles)
+        after = frag_after + self.stranding_weight * self.stranded(left, cpu_after)
         self._last = (state, allocation, (before, after))
         return before, after
 
