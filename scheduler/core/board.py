@@ -623,7 +623,6 @@ class Board:
                 if found is None:
                     found = memo[sig] = score_node(policy, demand, self._state(i))
                 scored.append(found)
-            at = at.reshape(-1)
         values = np.empty(len(scored))
         moves = np.empty((2, len(scored)), dtype=np.int64)
         for k, result in enumerate(scored):

@@ -232,11 +232,8 @@ class Fragmentation:
         self._shares: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._popularity: dict[int, float] = {}
         self._short: dict[tuple[int, ...], int] = {}  # see _too_few
-        # The last node state asked about and its profiles: a node's candidates are scored one
-        # after another, and each asks for the same profiles.
-        self._last: tuple[NodeState | None, list[tuple[int, int]]] = (None, [])
-        # The profiles of the node states asked about lately, for every request shape: a state is
-        # scored once per shape, and a new shape asks every node again. Kept by the state's id
+        # The profiles of the node states asked about lately: a node's candidates ask one after
+        # another, and every new request shape asks every node again. Kept by the state's id
         # with the state itself (so the id cannot be another's while it is kept).
         self._by_state: dict[int, tuple[NodeState, list[tuple[int, int]]]] = {}
 
@@ -329,18 +326,14 @@ class Fragmentation:
 
     def profiles(self, state: NodeState) -> list[tuple[int, int]]:
         """(free milli-GPU, shapes it can host) of each of the node's GPUs."""
-        last, found = self._last
-        if last is not state:
-            kept = self._by_state.get(id(state))
-            if kept is not None and kept[0] is state:
-                found = kept[1]
-            else:
-                node = state.node
-                found = [self.device_profile(node, d, u) for d, u in zip(node.devices, state.usage, strict=True)]
-                if len(self._by_state) >= _STATES_KEPT:
-                    self._by_state.clear()
-                self._by_state[id(state)] = (state, found)
-            self._last = (state, found)
+        kept = self._by_state.get(id(state))
+        if kept is not None and kept[0] is state:
+            return kept[1]
+        node = state.node
+        found = [self.device_profile(node, d, u) for d, u in zip(node.devices, state.usage, strict=True)]
+        if len(self._by_state) >= _STATES_KEPT:
+            self._by_state.clear()
+        self._by_state[id(state)] = (state, found)
         return found
 
     def node_frag(self, state: NodeState) -> float:
