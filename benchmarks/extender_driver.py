@@ -7,8 +7,10 @@ the same HTTP stack (uvicorn) is measured in the same run as the baseline. Then 
 kube-scheduler's scheduling loop (:class:`KubeScheduler`, after pkg/scheduler of Kubernetes):
 
 * a queue of pending pods; a pod whose bind failed comes back after a back-off (1 s,
-  doubling to 10 s); a pod that fits nowhere is retried again and again (every
-  ``--retry-every`` scheduling cycles, as cluster events move it back);
+  doubling with each attempt to 10 s); a pod that fits nowhere is retried again and again,
+  up to 20 times: every 50 scheduling cycles a cluster event moves it back, to the active
+  queue if its back-off since its last attempt has passed, else to the back-off queue (as
+  kube-scheduler's priority queue does: a pod is never retried before its back-off ends);
 * per pod, its own in-tree filter (CPU, memory, pod count, counting the pods it has
   assumed) over the nodes from a start index that rotates from pod to pod, stopping at
   ``numFeasibleNodesToFind`` feasible nodes: with ``percentageOfNodesToScore`` unset (the
@@ -707,6 +709,8 @@ class KubeScheduler:
         backoff: list[tuple[float, int, int]] = []  # (ready at, attempt, pod)
         unschedulable: list[int] = []
         tries = [0] * len(pods)
+        last_try = [0.0] * len(pods)  # when each pod's last attempt failed (its back-off runs from there)
+        resting: set[int] = set()  # the pods in ``backoff`` that fit nowhere when last tried
         inflight: dict[Future[str], tuple[int, int]] = {}  # bind -> (pod, node)
         result = Result()
         conn = Connection(self.port)
@@ -745,13 +749,24 @@ class KubeScheduler:
                         result.bound += measuring
                 now = time.monotonic()
                 while backoff and backoff[0][0] <= now:
-                    active.append(heapq.heappop(backoff)[2])
+                    pod = heapq.heappop(backoff)[2]
+                    resting.discard(pod)
+                    active.append(pod)
                 if cycles and cycles % self.retry_every == 0 and unschedulable:
-                    active.extend(unschedulable)  # a cluster event moves them back
+                    # a cluster event moves them back: to the active queue once their back-off
+                    # (from their last attempt) has passed, else to the back-off queue
+                    lo, hi = self.BACKOFF_S
+                    for pod in unschedulable:
+                        ready = last_try[pod] + min(hi, lo * 2 ** (tries[pod] - 1))
+                        if ready <= now:
+                            active.append(pod)
+                        else:
+                            heapq.heappush(backoff, (ready, tries[pod], pod))
+                            resting.add(pod)
                     unschedulable.clear()
                 if not active:
-                    if unschedulable and not inflight and not backoff:
-                        break  # only pods that fit nowhere are left: they have had their retries
+                    if not inflight and len(backoff) == len(resting):
+                        break  # only pods that fit nowhere are left, waiting out their back-off
                     waited = time.perf_counter()
                     time.sleep(0.001)
                     idle += time.perf_counter() - waited  # nothing to schedule: not the extender's time
@@ -788,6 +803,7 @@ class KubeScheduler:
                         result.prioritize_ms.append(0.0)
                         result.unschedulable += 1
                     tries[pod] += 1
+                    last_try[pod] = time.monotonic()
                     if tries[pod] <= 20:
                         unschedulable.append(pod)
                     continue

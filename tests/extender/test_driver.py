@@ -1,13 +1,17 @@
 """The benchmark driver (benchmarks/extender_driver.py) plays kube-scheduler: its shortcuts
 for reading answers without decoding thousands of entries read them as a full decoding does,
-and one short run against ``gpuslice serve`` schedules every pod without over-allocation."""
+one short run against ``gpuslice serve`` schedules every pod without over-allocation, and a
+pod that fits nowhere is retried at kube-scheduler's pace."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import orjson
@@ -113,3 +117,53 @@ def test_the_sampled_window_rotates_from_pod_to_pod() -> None:
     scheduler.cpu[840:1000] = 0  # those cannot take the next pod: it looks further, wrapping around
     third = scheduler.feasible((1000, 1024))
     assert third[0] == 0 and len(third) == 420 and scheduler.start == 420
+
+
+class _Scripted(BaseHTTPRequestHandler):
+    """An extender that refuses every node to pods named ``hopeless-*`` (noting when it was
+    asked), passes the others, and binds slowly, so the driver's loop lives on meanwhile."""
+
+    protocol_version = "HTTP/1.1"
+    asked: ClassVar[list[float]] = []
+
+    def do_POST(self) -> None:
+        args = orjson.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/bind":
+            time.sleep(0.6)
+            body = b'{"Error":""}'
+        elif self.path == "/prioritize":
+            body = orjson.dumps([{"Host": n, "Score": 1} for n in args["NodeNames"]])
+        elif args["Pod"]["metadata"]["name"].startswith("hopeless"):
+            _Scripted.asked.append(time.monotonic())
+            body = orjson.dumps({"NodeNames": [], "FailedNodes": dict.fromkeys(args["NodeNames"], "no"), "Error": ""})
+        else:
+            body = orjson.dumps({"NodeNames": args["NodeNames"], "FailedNodes": None, "Error": ""})
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_pod_that_fits_nowhere_is_retried_only_once_its_back_off_has_passed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # kube-scheduler moves an unschedulable pod back on cluster events, to the active queue only
+    # once its back-off since its last attempt has passed (1 s doubling to 10 s; shortened here)
+    monkeypatch.setattr(driver.KubeScheduler, "BACKOFF_S", (0.1, 0.2))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Scripted.asked.clear()
+    try:
+        nodes = [driver.make_node(i, {"devices": []}) for i in range(3)]
+        pods = [driver.make_pod("hopeless-0", {}, 1, 1)] + [driver.make_pod(f"pod-{i}", {}, 1, 1) for i in range(3)]
+        scheduler = driver.KubeScheduler(server.server_address[1], nodes, [], retry_every=1)
+        got = scheduler.run(pods, warmup=0)
+    finally:
+        server.shutdown()
+        server.server_close()
+    gaps = np.diff(_Scripted.asked)
+    assert got.bound == 3 and got.unschedulable == len(_Scripted.asked)
+    assert 3 <= len(_Scripted.asked) <= 12, _Scripted.asked  # retried while the binds are under way, not 20 times
+    wanted = [min(0.2, 0.1 * 2**k) for k in range(len(gaps))]
+    assert (gaps >= np.array(wanted) - 0.005).all(), (gaps, wanted)
