@@ -32,13 +32,14 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from .capacity import GAP_LEVELS, DeviceUsage, Refusal, device_key
+from .allocation import Allocation
+from .capacity import GAP_LEVELS, DeviceUsage, Refusal, device_key, rows_fit, usage_row
 from .fit import device_share, fit, host_reason, shortage
 from .groups import Groups, device_group, node_group
 from .inventory import Device, Node
 from .policies.base import Policy, Reads, demand_key, reads, version
 from .request import Demand, GpuKind, GpuRequest
-from .select import Placement, Scored, evaluate, finish, score_node
+from .select import Placement, Scored, evaluate, finish, score_firsts, score_node
 from .state import NodeState
 
 UNKNOWN_NODE = "node unknown to gpuslice"
@@ -119,8 +120,9 @@ class _ReasonTable:
 
 class _Hosting:
     """What each device state (by id, see ``Board._devs``) answers one GPU request: whether
-    the request's selectors allow the GPU, whether it can take one share, and if not why;
-    worked out only for the device states of the nodes asked about."""
+    the request's selectors allow the GPU, whether it can take one share, and if not why (the
+    reason asked only for the states of nodes that must say why); worked out only for the
+    device states of the nodes asked about."""
 
     __slots__ = ("allowed", "hosts", "known", "refusals")
 
@@ -128,7 +130,7 @@ class _Hosting:
         self.known = np.ones(1, dtype=bool)  # id 0: no device
         self.allowed = np.zeros(1, dtype=bool)
         self.hosts = np.zeros(1, dtype=bool)
-        self.refusals: dict[int, Refusal] = {}  # the device states asked about that refuse
+        self.refusals: dict[int, Refusal] = {}  # why, of the device states that refuse (as asked)
 
     def grow(self, size: int) -> None:
         """Nothing to do: :meth:`Board._hosted` works out device states as they appear."""
@@ -263,6 +265,11 @@ class Board:
         self._dev_ids = _Ids()
         self._dev_ids.of(None)
         self._dev_states: list[tuple[Node, Device, DeviceUsage] | None] = [None]
+        # per device state id: its device kind, then what the MPS and time-slicing rules read
+        # (capacity.usage_row), so that a request is asked of every such state at once
+        self._dev_rows: list[tuple[int, ...]] = [(-1, *(0,) * 10)]
+        self._dev_array = np.zeros((0, 11), dtype=np.int64)  # the rows above, as far as made
+        self._kind_devices: dict[int, Device] = {}  # a device of each device kind
         self._hosting: OrderedDict[Hashable, _Hosting] = OrderedDict()
         self._kinds = _Ids()
         self._signatures = _Ids()
@@ -451,6 +458,8 @@ class Board:
         self._dev_ids = _Ids()
         self._dev_ids.of(None)
         self._dev_states = [None]
+        self._dev_rows = self._dev_rows[:1]
+        self._dev_array = self._dev_array[:0]
         self._hosting.clear()
         for table in self._scores.values():
             table.by_signature.clear()
@@ -475,6 +484,8 @@ class Board:
             row[g] = found = ids.of(key)
             if found == known:
                 states.append((node, device, usage))
+                self._dev_rows.append((device.kind, *usage_row(node, device, usage)))
+                self._kind_devices.setdefault(device.kind, device)
 
     def _hosted(self, gpu: GpuRequest, rows: np.ndarray) -> _Hosting:
         """The :class:`_Hosting` of ``gpu``, worked out for the device states in ``rows``."""
@@ -486,22 +497,63 @@ class Board:
             table.allowed = np.concatenate([table.allowed, np.zeros(extra, dtype=bool)])
             table.hosts = np.concatenate([table.hosts, np.zeros(extra, dtype=bool)])
         unknown = ~table.known[rows]
-        if unknown.any():
-            for device_id in set(rows[unknown].tolist()):
-                entry = self._dev_states[device_id]
-                assert entry is not None
-                node, device, usage = entry
-                allowed = gpu.allows_model(device.model.name) and gpu.allows_mode(device.mode)
-                table.allowed[device_id] = allowed
-                table.known[device_id] = True
-                if not allowed:  # the pod's selectors rule the GPU out: no capacity question
-                    continue
-                result = device_share(gpu, node, device, usage)
-                if isinstance(result, Refusal):
-                    table.refusals[device_id] = result
-                else:
-                    table.hosts[device_id] = True
+        if not unknown.any():
+            return table
+        ids = np.unique(rows[unknown])
+        if gpu.kind is GpuKind.SHARE or gpu.kind is GpuKind.WHOLE:
+            ids = self._hosted_at_once(gpu, table, ids)
+        for device_id in ids.tolist():
+            entry = self._dev_states[device_id]
+            assert entry is not None
+            node, device, usage = entry
+            allowed = gpu.allows_model(device.model.name) and gpu.allows_mode(device.mode)
+            table.allowed[device_id] = allowed
+            table.known[device_id] = True
+            if not allowed:  # the pod's selectors rule the GPU out: no capacity question
+                continue
+            result = device_share(gpu, node, device, usage)
+            if isinstance(result, Refusal):
+                table.refusals[device_id] = result
+            else:
+                table.hosts[device_id] = True
         return table
+
+    def _hosted_at_once(self, gpu: GpuRequest, table: _Hosting, ids: np.ndarray) -> np.ndarray:
+        """Work out ``table`` for the MPS and time-slicing states among ``ids`` (a share or
+        whole GPUs), every state at once by the capacity rules of arrays; the other ids are
+        returned, to be asked one by one."""
+        if len(self._dev_array) < len(self._dev_rows):
+            fresh = np.array(self._dev_rows[len(self._dev_array) :], dtype=np.int64).reshape(-1, 11)
+            self._dev_array = np.concatenate([self._dev_array, fresh])
+        rows = self._dev_array[ids]
+        arrayable = rows[:, 1] == 1
+        if not arrayable.any():
+            return ids
+        chosen, rows = ids[arrayable], rows[arrayable]
+        kinds, inverse = np.unique(rows[:, 0], return_inverse=True)
+        allowed = np.zeros(len(kinds), dtype=bool)
+        shares = np.zeros((2, len(kinds)), dtype=np.int64)  # the share's memory and compute on the kind
+        for k, kind in enumerate(kinds.tolist()):
+            device = self._kind_devices[kind]
+            allowed[k] = gpu.allows_model(device.model.name) and gpu.allows_mode(device.mode)
+            shares[:, k] = gpu.share_on(device)
+        allows = allowed[inverse]
+        table.known[chosen] = True
+        table.allowed[chosen] = allows
+        table.hosts[chosen] = allows & rows_fit(rows[:, 1:], shares[0, inverse], shares[1, inverse])
+        rest: np.ndarray = ids[~arrayable]
+        return rest
+
+    def _refusal(self, gpu: GpuRequest, table: _Hosting, device_id: int) -> Refusal:
+        """Why the device state ``device_id`` (allowed, not hosting) refuses ``gpu``."""
+        found = table.refusals.get(device_id)
+        if found is None:
+            entry = self._dev_states[device_id]
+            assert entry is not None
+            result = device_share(gpu, *entry)
+            assert isinstance(result, Refusal), (device_id, result)  # the rules of arrays agree with it
+            found = table.refusals[device_id] = result
+        return found
 
     def _gpu_fits(self, gpu: GpuRequest, positions: np.ndarray) -> np.ndarray:
         """Per position, whether ``gpu`` finds enough GPUs (fit's own test, counted with arrays)."""
@@ -529,11 +581,10 @@ class Board:
             for device_id in unique[u, 1 : 1 + len(state.node.devices)].tolist():
                 if not table.allowed[device_id]:
                     continue
-                refused = table.refusals.get(device_id)
-                if refused is None:
+                if table.hosts[device_id]:
                     options += 1
                 else:
-                    refusals.append(refused)
+                    refusals.append(self._refusal(gpu, table, device_id))
             texts[u] = self._text(shortage(gpu, state.node, options, refusals))
         reasons: np.ndarray = texts[inverse]
         return reasons
@@ -609,7 +660,7 @@ class Board:
         """Score ``work`` (positions where the GPU request fits), once per node state: nodes
         with one signature share the answer (unless the policy reads the pods themselves)."""
         if Reads.PODS in reads(policy):
-            scored = [score_node(policy, demand, self._state(i)) for i in work.tolist()]
+            scored = self._score_nodes(policy, demand, work)
             at = work
         else:
             memo = table.by_signature
@@ -617,12 +668,12 @@ class Board:
                 memo.clear()
             # one question per signature: the positions that share one are told apart by arrays
             signatures, first, at = np.unique(self._signature[work], return_index=True, return_inverse=True)
-            scored = []
-            for sig, i in zip(signatures.tolist(), work[first].tolist(), strict=True):
-                found = memo.get(sig)
-                if found is None:
-                    found = memo[sig] = score_node(policy, demand, self._state(i))
-                scored.append(found)
+            signatures_list = signatures.tolist()
+            new = [k for k, sig in enumerate(signatures_list) if sig not in memo]
+            if new:
+                for k, found in zip(new, self._score_nodes(policy, demand, work[first[new]]), strict=True):
+                    memo[signatures_list[k]] = found
+            scored = [memo[sig] for sig in signatures_list]
         values = np.empty(len(scored))
         moves = np.empty((2, len(scored)), dtype=np.int64)
         for k, result in enumerate(scored):
@@ -634,6 +685,34 @@ class Board:
         else:
             table.scores[work], table.moves[:, work] = values[at], moves[:, at]
         table.reasons[work] = 0
+
+    def _score_nodes(self, policy: Policy, demand: Demand, positions: np.ndarray) -> list[Scored | str]:
+        """:func:`~.select.score_node` of each of ``positions`` (where the GPU request fits).
+
+        A request for one share of one GPU (or one whole GPU, or one MIG instance) has one
+        candidate per GPU that hosts it, and candidates on GPUs in one device state are
+        equivalent (:func:`~.select.outcome`): so one candidate per distinct device state that
+        hosts it, from the first GPU in that state, found from the board's device states
+        instead of asking every GPU again."""
+        gpu = demand.gpu
+        if gpu.kind is GpuKind.NONE or gpu.count > 1:
+            return [score_node(policy, demand, self._state(i)) for i in positions.tolist()]
+        rows = self._devs[positions]
+        hosts = self._hosted(gpu, rows).hosts[rows].tolist()
+        out: list[Scored | str] = []
+        for i, row, hosting in zip(positions.tolist(), rows.tolist(), hosts, strict=True):
+            state = self._state(i)
+            node = state.node
+            seen: set[int] = set()
+            firsts: list[Allocation] = []
+            for g, device_id in enumerate(row[: len(node.devices)]):
+                if hosting[g] and device_id not in seen:
+                    seen.add(device_id)
+                    share = device_share(gpu, node, node.devices[g], state.usage[g])
+                    assert not isinstance(share, Refusal), share  # the device state hosts it
+                    firsts.append(Allocation(node.name, (share,), demand.cpu_milli, demand.memory_mib))
+            out.append(score_firsts(policy, demand, state, firsts))
+        return out
 
     def _raw(self, policy: Policy, demand: Demand, positions: np.ndarray | None) -> tuple[np.ndarray, _ScoreTable]:
         """Raw scores per position (None: every position, in order, free ones never fitting),

@@ -177,38 +177,63 @@ def refusal(node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) 
     return None
 
 
+_NO_CAP = 1 << 62  # no bound (time-slicing does not divide compute)
+
+
+def usage_row(node: Node, device: Device, usage: DeviceUsage) -> tuple[int, ...]:
+    """What :func:`rows_fit` reads of one GPU state, as integers: whether the rule of arrays
+    applies (1 for a healthy MPS or time-slicing GPU, 0 otherwise: ask :func:`refusal`), the
+    GPU's memory, its memory and compute caps and its client or replica limit by its mode's
+    rules (the node's oversubscription applied), the memory, compute and shares it holds,
+    whether a whole share holds it, and the memory stray processes hold."""
+    mode = device.mode
+    arrayable = device.healthy and mode in (SharingMode.MPS, SharingMode.TIME_SLICING)
+    total = device.memory_mib
+    if mode is SharingMode.MPS:
+        memory_cap, compute_cap, limit = total, MILLI * node.mps_compute_oversub_pct // 100, device.mps_client_limit
+    else:
+        memory_cap, compute_cap, limit = total * node.ts_memory_oversub_pct // 100, _NO_CAP, device.replicas
+    return (
+        int(arrayable),
+        total,
+        memory_cap,
+        compute_cap,
+        limit,
+        usage.memory_mib,
+        usage.compute_milli,
+        usage.shares,
+        int(usage.whole),
+        device.stray_memory_mib,
+    )
+
+
+def rows_fit(rows: np.ndarray | tuple[int, ...], memory_mib: np.ndarray, compute_milli: np.ndarray) -> np.ndarray:
+    """Per share (``memory_mib[i]``, ``compute_milli[i]``): whether it fits the GPU state of
+    ``rows[i]`` (an array of :func:`usage_row` rows, one per share), or of ``rows`` (one row as
+    a tuple, for every share): :func:`refusal` and :func:`stray_refusal` both None, for many
+    at once. Only for rows whose first column is 1. ``tests/core/test_capacity.py`` holds the
+    two to the same answers."""
+    columns = rows.T if isinstance(rows, np.ndarray) else rows
+    _, total, memory_cap, compute_cap, limit, used_memory, used_compute, shares, whole, stray = columns
+    m, c = memory_mib, compute_milli
+    fits: np.ndarray = (m >= 0) & (c >= 0) & (m <= total) & (c <= MILLI) & (whole == 0)
+    fits &= (shares == 0) | (m < total) | (c < MILLI)  # a whole GPU only alone
+    fits &= shares < limit
+    fits &= used_compute + c <= compute_cap
+    fits &= used_memory + m <= memory_cap
+    fits &= (stray <= 0) | (m <= np.maximum(0, memory_cap - used_memory - stray))
+    return fits
+
+
 def shares_fit(
     node: Node, device: Device, usage: DeviceUsage, memory_mib: np.ndarray, compute_milli: np.ndarray
 ) -> np.ndarray | None:
     """Per share (``memory_mib[i]``, ``compute_milli[i]``) of an MPS or time-slicing GPU:
-    whether it fits beside ``usage``, that is :func:`refusal` and :func:`stray_refusal` both
-    None, for many shares at once (a fragmentation measure asks this of every typical shape
-    for each new device state). None for the other modes and for an unhealthy GPU: ask
-    :func:`refusal` share by share there. ``tests/core/test_capacity.py`` holds the two to
-    the same answers.
-    """
-    mode = device.mode
-    if not device.healthy or mode not in (SharingMode.MPS, SharingMode.TIME_SLICING):
-        return None
-    total = device.memory_mib
-    if usage.whole:
-        return np.zeros(len(memory_mib), dtype=bool)
-    fits: np.ndarray = (memory_mib >= 0) & (compute_milli >= 0) & (memory_mib <= total) & (compute_milli <= MILLI)
-    if usage.shares:  # a whole GPU only alone
-        fits &= (memory_mib < total) | (compute_milli < MILLI)
-    if mode is SharingMode.MPS:
-        if usage.shares >= device.mps_client_limit:
-            return np.zeros(len(memory_mib), dtype=bool)
-        fits &= usage.compute_milli + compute_milli <= MILLI * node.mps_compute_oversub_pct // 100
-        cap = total
-    else:
-        if usage.shares >= device.replicas:
-            return np.zeros(len(memory_mib), dtype=bool)
-        cap = total * node.ts_memory_oversub_pct // 100
-    fits &= usage.memory_mib + memory_mib <= cap
-    if device.stray_memory_mib > 0:
-        fits &= memory_mib <= max(0, cap - usage.memory_mib - device.stray_memory_mib)
-    return fits
+    whether it fits beside ``usage`` (:func:`rows_fit` of its one state; a fragmentation
+    measure asks this of every typical shape for each new device state). None for the other
+    modes and for an unhealthy GPU: ask :func:`refusal` share by share there."""
+    row = usage_row(node, device, usage)
+    return rows_fit(row, memory_mib, compute_milli) if row[0] else None
 
 
 def add_share(device: Device, usage: DeviceUsage, share: DeviceShare) -> DeviceUsage:

@@ -106,13 +106,21 @@ def score_node(policy: Policy, demand: Demand, state: NodeState) -> Scored | str
     """The node's score for ``demand``'s GPU request (host resources not checked), or why
     the GPU request does not fit; with the gap move of its placement for a policy that
     reads the cluster's gaps (else no move, and no tiebreak asked)."""
-    scored = _scored(policy, demand, state)
-    if isinstance(scored, str):
-        return scored
-    groups, scores, top = scored
+    found = gpu_fit(demand, state)
+    if not found:
+        return found.reason
+    return score_firsts(policy, demand, state, [members[0] for members in _groups(state, found.allocations)])
+
+
+def score_firsts(policy: Policy, demand: Demand, state: NodeState, firsts: Sequence[Allocation]) -> Scored:
+    """:func:`score_node` from the first candidate of each group of equivalent candidates
+    (see :func:`outcome`), in the order of their first member: the rest of a group scores
+    alike and loses the ties to its first."""
+    scores = [policy.score(demand, state, alloc) for alloc in firsts]
+    top = max(scores)
     if Reads.GAPS not in reads(policy):
         return Scored(top, NO_MOVE)
-    tied = [members[0] for members, s in zip(groups, scores, strict=True) if s == top]
+    tied = [alloc for alloc, s in zip(firsts, scores, strict=True) if s == top]
     return Scored(top, gap_move(demand, state, _best_of(policy, demand, state, tied)))
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from scheduler.core.allocation import Allocation, DeviceShare
-from scheduler.core.capacity import DeviceUsage, free_milli, refusal, shares_fit, stray_refusal
+from scheduler.core.capacity import DeviceUsage, free_milli, refusal, rows_fit, shares_fit, stray_refusal, usage_row
 from scheduler.core.errors import RecordError
 from scheduler.core.fit import fit
 from scheduler.core.inventory import SharingMode
@@ -174,9 +174,10 @@ def test_node_cpu_memory_and_pod_count_are_checked() -> None:
 @pytest.mark.parametrize("oversub", [100, 150, 200])
 @pytest.mark.parametrize("stray", [0, 30_000])
 def test_shares_fit_answers_as_refusal_share_by_share(mode: str, oversub: int, stray: int) -> None:
-    """shares_fit (every share at once) against refusal and stray_refusal (one at a time), on an
-    L4 (23034 MiB) at every usage of a grid and every share of another: memory and compute
-    each below, at and past each bound, clients and replicas up to their limits."""
+    """shares_fit (every share at once) and rows_fit (every state and share at once) against
+    refusal and stray_refusal (one at a time), on an L4 (23034 MiB) at every usage of a grid
+    and every share of another: memory and compute each below, at and past each bound, clients
+    and replicas up to their limits."""
     node = make_node(
         gpus=1,
         model="L4",
@@ -193,6 +194,8 @@ def test_shares_fit_answers_as_refusal_share_by_share(mode: str, oversub: int, s
     memory = np.array([m for m, _ in grid])
     compute = np.array([c for _, c in grid])
     checked = 0
+    rows: list[tuple[int, ...]] = []
+    answers: list[bool] = []
     for used_memory in sizes:
         for used_compute in computes:
             for shares in range(5):
@@ -200,6 +203,7 @@ def test_shares_fit_answers_as_refusal_share_by_share(mode: str, oversub: int, s
                     usage = DeviceUsage(used_memory, used_compute, shares, whole)
                     got = shares_fit(node, device, usage, memory, compute)
                     assert got is not None
+                    rows.append(usage_row(node, device, usage))
                     for k, (m, c) in enumerate(grid):
                         share = DeviceShare(device.uuid, 0, device.mode, m, c)
                         expected = refusal(node, device, usage, share) is None and (
@@ -207,7 +211,12 @@ def test_shares_fit_answers_as_refusal_share_by_share(mode: str, oversub: int, s
                         )
                         assert bool(got[k]) == expected, (usage, m, c)
                         checked += expected
+                        answers.append(expected)
     assert checked  # some shares fit
+    # every (state, share) pair at once: one row per pair
+    states = np.repeat(np.array(rows, dtype=np.int64), len(grid), axis=0)
+    at_once = rows_fit(states, np.tile(memory, len(rows)), np.tile(compute, len(rows)))
+    assert at_once.tolist() == answers
 
 
 def test_shares_fit_leaves_other_modes_and_unhealthy_gpus_to_refusal() -> None:
@@ -217,3 +226,4 @@ def test_shares_fit_leaves_other_modes_and_unhealthy_gpus_to_refusal() -> None:
         assert shares_fit(node, node.devices[0], DeviceUsage(), some, some) is None
     sick = make_node(mode="mps", device_options={"healthy": False})
     assert shares_fit(sick, sick.devices[0], DeviceUsage(), some, some) is None
+    assert usage_row(sick, sick.devices[0], DeviceUsage())[0] == 0  # rows_fit is not asked either

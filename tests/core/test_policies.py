@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
 
-from scheduler.core import board as board_module
 from scheduler.core.board import Board, Status
 from scheduler.core.fit import fit
 from scheduler.core.fragmentation import TypicalWorkload
-from scheduler.core.inventory import Node
+from scheduler.core.inventory import Node, SharingMode
 from scheduler.core.policies import REGISTRY, make_policy
 from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.select import evaluate, rank
 from scheduler.core.state import NodeState
-from tests.builders import make_policy_for, make_state
+from tests.builders import make_device, make_policy_for, make_state
 
 
 def share(milli: int) -> Demand:
@@ -164,6 +166,31 @@ def test_board_works_out_again_only_the_nodes_that_changed() -> None:
     assert board.scores(policy, share(50)).tolist()[0] == 15.0 and policy.calls["n0"] == 1
 
 
+def test_the_selectors_rule_out_gpus_that_have_room() -> None:
+    # One node: an MPS H100 that is full (4 clients of 4) beside a free time-slicing L4, and a
+    # time-slicing H100 that is full beside it. The board asks every MPS and time-slicing GPU
+    # state at once; the pod's sharing and model selectors must still rule GPUs out there.
+    devices = (
+        make_device(0, "H100-80GB", "mps", uuid="a", mps_client_limit=4),
+        make_device(1, "L4", "time-slicing", uuid="b", replicas=4),
+        make_device(2, "H100-80GB", "time-slicing", uuid="c", replicas=1),
+    )
+    state = NodeState.empty(Node("n", 64_000, 512_000, devices))
+    on_c = replace(share(100).gpu, sharing=frozenset({SharingMode.TIME_SLICING}), models=("H100-80GB",))
+    for k, gpu in enumerate([share(100).gpu] * 4 + [on_c]):
+        state = state.apply(f"p{k}", fit(Demand(0, 0, gpu), state).allocations[0])
+    assert [u.shares for u in state.usage] == [4, 0, 1]
+    board = Board([state])
+    policy = make_policy("binpack")
+    mps_only = replace(share(100).gpu, sharing=frozenset({SharingMode.MPS}))
+    h100_only = replace(share(100).gpu, models=("H100-80GB",))
+    for gpu in (mps_only, h100_only):
+        outcomes = board.filter(policy, Demand(0, 0, gpu))
+        assert outcomes.status.tolist() == [Status.UNSCHEDULABLE], gpu
+        assert outcomes.texts[outcomes.reason[0]] == fit(Demand(0, 0, gpu), state).reason
+    assert board.filter(policy, share(100)).status.tolist() == [Status.FITS]  # the L4 has room
+
+
 def test_nodes_that_could_not_host_the_pod_even_empty_are_not_asked_about_their_gpus(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -176,13 +203,14 @@ def test_nodes_that_could_not_host_the_pod_even_empty_are_not_asked_about_their_
     states[0] = states[0].apply("x", fit(share(300), states[0]).allocations[0])
     board = Board(states)
     asked: list[str] = []
-    real = board_module.device_share
+    real = Board._hosted
 
-    def counting(gpu: GpuRequest, node: Node, *rest: object) -> object:
-        asked.append(node.name)
-        return real(gpu, node, *rest)  # type: ignore[arg-type]
+    def counting(self: Board, gpu: GpuRequest, rows: np.ndarray) -> object:
+        # the nodes whose GPU states are asked about (one by one or all at once)
+        asked.extend(self._dev_states[i][0].name for i in np.unique(rows).tolist() if i)  # type: ignore[index]
+        return real(self, gpu, rows)
 
-    monkeypatch.setattr(board_module, "device_share", counting)
+    monkeypatch.setattr(Board, "_hosted", counting)
     policy = make_policy("binpack")
     # 16 GPUs: more than any node has; 100 GiB on one GPU: more than any GPU has; an A30: none here
     for gpu in (

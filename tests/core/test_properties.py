@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.allocation import Allocation, DeviceShare, MigSlot, decode_record, encode_record
-from scheduler.core.board import _unique_rows
+from scheduler.core.board import Board, Status, _unique_rows
 from scheduler.core.catalog import CATALOG, ProfileSpec
 from scheduler.core.errors import RecordError
 from scheduler.core.fit import fit, hosts
@@ -421,3 +421,48 @@ def test_the_boards_distinct_rows_are_numpys(rows: list[list[int]]) -> None:
     assert unique.tolist() == want_unique.tolist()
     assert first.tolist() == want_first.tolist()
     assert inverse.tolist() == want_inverse.reshape(-1).tolist()
+
+
+@given(
+    st.lists(st.tuples(nodes(), st.lists(st.integers(0, 3)), st.lists(st.integers(0, 3))), min_size=1, max_size=4),
+    st.lists(demands(), max_size=10),
+    st.lists(demands(), min_size=1, max_size=4),
+    st.integers(0, 30_000),
+)
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+def test_the_boards_filter_answers_as_fit_node_by_node(
+    drawn: list[tuple[Node, list[int], list[int]]], warmup: list[Demand], asked: list[Demand], stray: int
+) -> None:
+    """The board asks whether a GPU state can take a share of every MPS and time-slicing state
+    at once (capacity.rows_fit) and of the others one by one: per node, its filter must say
+    what fit says (fits or not, and the same reason), on nodes with stray memory and
+    unhealthy GPUs among the rest, as pods come and go."""
+    states = []
+    for k, (node, strays, sick) in enumerate(drawn):
+        devices = tuple(
+            replace(d, stray_memory_mib=stray if d.index in strays else 0, healthy=d.index not in sick)
+            for d in node.devices
+        )
+        state = NodeState.empty(replace(node, name=f"n{k}", devices=devices))
+        for j, demand in enumerate(warmup):
+            found = fit(demand, state)
+            if found and (j + k) % 2 == 0:
+                state = state.apply(f"p{j}", found.allocations[0])
+        states.append(state)
+    board = Board(states)
+    policy = make_policy("binpack")
+    for demand in asked:
+        outcomes = board.filter(policy, demand)
+        for k, state in enumerate(states):
+            found = fit(demand, state)
+            status = Status(int(outcomes.status[k]))
+            assert (status is Status.FITS) == bool(found), (k, found.reason)
+            if status is Status.UNSCHEDULABLE:
+                assert outcomes.texts[outcomes.reason[k]] == found.reason
+            elif status is Status.UNRESOLVABLE:
+                assert not fit(demand, NodeState.empty(state.node))
+        # one node changes: the board follows
+        placed = fit(demand, states[0])
+        if placed:
+            states[0] = states[0].apply(f"q{len(states[0].pods)}", placed.allocations[0])
+            board.put(states[0])
