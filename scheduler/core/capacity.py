@@ -216,12 +216,13 @@ def rows_fit(rows: np.ndarray | tuple[int, ...], memory_mib: np.ndarray, compute
     columns = rows.T if isinstance(rows, np.ndarray) else rows
     _, total, memory_cap, compute_cap, limit, used_memory, used_compute, shares, whole, stray = columns
     m, c = memory_mib, compute_milli
-    fits: np.ndarray = (m >= 0) & (c >= 0) & (m <= total) & (c <= MILLI) & (whole == 0)
+    room = memory_cap - used_memory
+    # memory: at most the GPU's, what the cap leaves, and what stray processes leave of that
+    memory_bound = np.minimum(np.minimum(total, room), np.where(stray > 0, np.maximum(0, room - stray), room))
+    compute_bound = np.minimum(MILLI, compute_cap - used_compute)
+    fits: np.ndarray = (m >= 0) & (c >= 0) & (m <= memory_bound) & (c <= compute_bound)
+    fits &= (whole == 0) & (shares < limit)
     fits &= (shares == 0) | (m < total) | (c < MILLI)  # a whole GPU only alone
-    fits &= shares < limit
-    fits &= used_compute + c <= compute_cap
-    fits &= used_memory + m <= memory_cap
-    fits &= (stray <= 0) | (m <= np.maximum(0, memory_cap - used_memory - stray))
     return fits
 
 

@@ -113,8 +113,8 @@ class FgdCpu:
         self.version = 0
         self._classes: np.ndarray | None = None
         self._last: tuple[object, object, tuple[float, float]] = (None, None, (0.0, 0.0))
-        # F and C before placement of the last state asked about
-        self._before: tuple[object, object, float, float, float] = (None, None, 0.0, 0.0, 0.0)
+        # the free GPU, F and C before placement of the last state asked about
+        self._before: tuple[object, object, float, float, float, float] = (None, None, 0.0, 0.0, 0.0, 0.0)
         self._hosted: dict[tuple[object, ...], bool] = {}  # shared by every estimate's Fragmentation
         self._adopt(prior)
 
@@ -145,14 +145,15 @@ class FgdCpu:
             return self._last[2]
         frag = self.fragmentation
         profiles = frag.profiles(state)
-        gpu_free = sum(free for free, _ in profiles)
         kept = self._before
         if kept[0] is state and kept[1] is frag and kept[2] == self.stranding_weight:
-            frag_before, before = kept[3], kept[4]  # the node's other candidates asked it a moment ago
+            # the node's other candidates asked it a moment ago
+            gpu_free, frag_before, before = kept[3], kept[4], kept[5]
         else:
+            gpu_free = sum(free for free, _ in profiles)
             frag_before = frag.frag(profiles, state.cpu_free)
             before = frag_before + self.stranding_weight * self.stranded(gpu_free, state.cpu_free)
-            self._before = (state, frag, self.stranding_weight, frag_before, before)
+            self._before = (state, frag, self.stranding_weight, gpu_free, frag_before, before)
         cpu_after = state.cpu_free - allocation.cpu_milli
         left = gpu_free - allocated_milli(allocation)
         if not allocation.shares and frag.cpu_level(cpu_after) == frag.cpu_level(state.cpu_free):
