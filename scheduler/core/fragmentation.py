@@ -232,10 +232,11 @@ class Fragmentation:
         self._shares: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._popularity: dict[int, float] = {}
         self._short: dict[tuple[int, ...], int] = {}  # see _too_few
-        # The profiles of the node states asked about lately: a node's candidates ask one after
-        # another, and every new request shape asks every node again. Kept by the state's id
-        # with the state itself (so the id cannot be another's while it is kept).
-        self._by_state: dict[int, tuple[NodeState, list[tuple[int, int]]]] = {}
+        # The profiles of the node states asked about lately, with their F and free share once
+        # asked: a node's candidates ask one after another, and every new request shape asks
+        # every node again. Kept by the state's id with the state itself (so the id cannot be
+        # another's while it is kept).
+        self._by_state: dict[int, _Kept] = {}
 
     def device_profile(self, node: Node, device: Device, usage: DeviceUsage) -> tuple[int, int]:
         """(free milli-GPU, bit mask of the typical shapes one share of which fits)."""
@@ -324,25 +325,38 @@ class Fragmentation:
             self._short[bits] = found
         return found
 
-    def profiles(self, state: NodeState) -> list[tuple[int, int]]:
-        """(free milli-GPU, shapes it can host) of each of the node's GPUs."""
+    def _kept(self, state: NodeState) -> _Kept:
         kept = self._by_state.get(id(state))
-        if kept is not None and kept[0] is state:
-            return kept[1]
+        if kept is not None and kept.state is state:
+            return kept
         node = state.node
         found = [self.device_profile(node, d, u) for d, u in zip(node.devices, state.usage, strict=True)]
         if len(self._by_state) >= _STATES_KEPT:
             self._by_state.clear()
-        self._by_state[id(state)] = (state, found)
-        return found
+        kept = self._by_state[id(state)] = _Kept(state, found)
+        return kept
+
+    def profiles(self, state: NodeState) -> list[tuple[int, int]]:
+        """(free milli-GPU, shapes it can host) of each of the node's GPUs."""
+        return self._kept(state).profiles
 
     def node_frag(self, state: NodeState) -> float:
-        return self.frag(self.profiles(state), state.cpu_free)
+        """F_n(M) of the node as it stands (kept with its profiles: every shape asks it)."""
+        kept = self._kept(state)
+        if kept.frag is None:
+            kept.frag = self.frag(kept.profiles, state.cpu_free)
+        return kept.frag
+
+    def free_share(self, state: NodeState) -> int:
+        """The node's free milli-GPU, the sum of its GPUs' (kept with its profiles)."""
+        kept = self._kept(state)
+        if kept.free is None:
+            kept.free = sum(free for free, _ in kept.profiles)
+        return kept.free
 
     def fall(self, state: NodeState, alloc: Allocation) -> float:
         """F_before - F_after of placing ``alloc`` on ``state``."""
-        profiles = self.profiles(state)
-        return self.frag(profiles, state.cpu_free) - self.frag_after(state, alloc, profiles)
+        return self.node_frag(state) - self.frag_after(state, alloc)
 
     def frag_after(self, state: NodeState, alloc: Allocation, profiles: list[tuple[int, int]] | None = None) -> float:
         """F_n(M) once ``alloc`` is placed on ``state`` (``profiles``: the state's, if at hand)."""
@@ -355,5 +369,17 @@ class Fragmentation:
 
     def frag_rate_parts(self, state: NodeState) -> tuple[float, int]:
         """(fragmented milli-GPU, idle milli-GPU) of a node, for cluster-wide rates."""
-        profiles = self.profiles(state)
-        return self.node_frag(state), sum(f for f, _ in profiles)
+        return self.node_frag(state), self.free_share(state)
+
+
+class _Kept:
+    """What :class:`Fragmentation` keeps of one node state: its profiles, and its F and free
+    share once asked."""
+
+    __slots__ = ("frag", "free", "profiles", "state")
+
+    def __init__(self, state: NodeState, profiles: list[tuple[int, int]]) -> None:
+        self.state = state
+        self.profiles = profiles
+        self.frag: float | None = None
+        self.free: int | None = None

@@ -144,15 +144,18 @@ def test_catalog_has_the_models_the_issue_names() -> None:
 
 
 def test_profiles_are_kept_per_state_boundedly(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The profiles of the states asked about lately are kept for the next request shape, at most
-    so many at once, and always those of the state asked about (not of one it replaced)."""
+    """The profiles of the states asked about lately, and their F and free share, are kept for
+    the next request shape, at most so many at once, and always those of the state asked about
+    (not of one it replaced)."""
     monkeypatch.setattr(fragmentation_module, "_STATES_KEPT", 3)
     frag = Fragmentation(TypicalWorkload(((share(500), 0.5), (whole(2), 0.5))))
-    fresh = Fragmentation(frag.workload)
     base = make_state(gpus=2, mode="mps")
     states = [with_free(base, 100 * k, 0) for k in range(8)]  # one node, eight states of it
     for state in states + states[::-1] + states:
+        fresh = Fragmentation(frag.workload)
         got = frag.profiles(state)
         assert got == fresh.profiles(state) and got[0][0] == 1000 - 100 * states.index(state)
+        assert frag.node_frag(state) == fresh.frag(got, state.cpu_free)
+        assert frag.free_share(state) == 2000 - 100 * states.index(state)
         assert len(frag._by_state) <= 3
     assert frag.profiles(states[-1]) is frag.profiles(states[-1])  # kept, not worked out again

@@ -113,8 +113,6 @@ class FgdCpu:
         self.version = 0
         self._classes: np.ndarray | None = None
         self._last: tuple[object, object, tuple[float, float]] = (None, None, (0.0, 0.0))
-        # the free GPU, F and C before placement of the last state asked about
-        self._before: tuple[object, object, float, float, float, float] = (None, None, 0.0, 0.0, 0.0, 0.0)
         self._hosted: dict[tuple[object, ...], bool] = {}  # shared by every estimate's Fragmentation
         self._adopt(prior)
 
@@ -144,22 +142,15 @@ class FgdCpu:
         if self._last[0] is state and self._last[1] is allocation:
             return self._last[2]
         frag = self.fragmentation
-        profiles = frag.profiles(state)
-        kept = self._before
-        if kept[0] is state and kept[1] is frag and kept[2] == self.stranding_weight:
-            # the node's other candidates asked it a moment ago
-            gpu_free, frag_before, before = kept[3], kept[4], kept[5]
-        else:
-            gpu_free = sum(free for free, _ in profiles)
-            frag_before = frag.frag(profiles, state.cpu_free)
-            before = frag_before + self.stranding_weight * self.stranded(gpu_free, state.cpu_free)
-            self._before = (state, frag, self.stranding_weight, gpu_free, frag_before, before)
+        gpu_free = frag.free_share(state)
+        frag_before = frag.node_frag(state)  # kept with the state: every candidate and shape asks it
+        before = frag_before + self.stranding_weight * self.stranded(gpu_free, state.cpu_free)
         cpu_after = state.cpu_free - allocation.cpu_milli
         left = gpu_free - allocated_milli(allocation)
         if not allocation.shares and frag.cpu_level(cpu_after) == frag.cpu_level(state.cpu_free):
             frag_after = frag_before  # F reads the CPU by its level only: a pod without GPUs moves F no other way
         else:
-            frag_after = frag.frag_after(state, allocation, profiles)
+            frag_after = frag.frag_after(state, allocation)
         after = frag_after + self.stranding_weight * self.stranded(left, cpu_after)
         self._last = (state, allocation, (before, after))
         return before, after
