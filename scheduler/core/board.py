@@ -699,7 +699,7 @@ class Board:
             return [score_node(policy, demand, self._state(i)) for i in positions.tolist()]
         rows = self._devs[positions]
         hosts = self._hosted(gpu, rows).hosts[rows].tolist()
-        out: list[Scored | str] = []
+        nodes: list[tuple[NodeState, list[Allocation]]] = []
         for i, row, hosting in zip(positions.tolist(), rows.tolist(), hosts, strict=True):
             state = self._state(i)
             node = state.node
@@ -711,8 +711,11 @@ class Board:
                     share = device_share(gpu, node, node.devices[g], state.usage[g])
                     assert not isinstance(share, Refusal), share  # the device state hosts it
                     firsts.append(Allocation(node.name, (share,), demand.cpu_milli, demand.memory_mib))
-            out.append(score_firsts(policy, demand, state, firsts))
-        return out
+            nodes.append((state, firsts))
+        prepare = getattr(policy, "prepare", None)
+        if prepare is not None:
+            prepare(demand, [(state, alloc) for state, firsts in nodes for alloc in firsts])
+        return [score_firsts(policy, demand, state, firsts) for state, firsts in nodes]
 
     def _raw(self, policy: Policy, demand: Demand, positions: np.ndarray | None) -> tuple[np.ndarray, _ScoreTable]:
         """Raw scores per position (None: every position, in order, free ones never fitting),

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .allocation import Allocation
-from .capacity import DeviceUsage, add_share, device_key, free_milli, shares_fit
+from .capacity import DeviceUsage, add_share, device_key, free_milli, rows_fit, shares_fit, usage_row
 from .errors import RequestError
 from .fit import hosts
 from .inventory import Device, Node, SharingMode
@@ -266,6 +266,18 @@ class Fragmentation:
         """The mask of shapes one share of which fits, from :func:`~.capacity.shares_fit`
         (every shape at once; what :func:`~.fit.hosts` answers shape by shape), or None where
         that does not apply (MIG and exclusive GPUs, unhealthy ones)."""
+        arrays = self._share_arrays(device)
+        if arrays is None:
+            return None
+        selected, memory, compute = arrays
+        fits = shares_fit(node, device, usage, memory, compute)
+        if fits is None:
+            return None
+        return int.from_bytes(np.packbits(fits & selected, bitorder="little").tobytes(), "little")
+
+    def _share_arrays(self, device: Device) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Per typical shape, on a GPU of ``device``'s kind: whether one of its shares is asked
+        of it at all, and the share's memory and compute; None on MIG and exclusive GPUs."""
         arrays = self._shares.get(device.kind)
         if arrays is None:
             if device.mode is SharingMode.MIG or device.mode is SharingMode.EXCLUSIVE:
@@ -282,11 +294,45 @@ class Fragmentation:
                 if selected[i]:
                     memory[i], compute[i] = gpu.share_on(device)
             arrays = self._shares[device.kind] = (selected, memory, compute)
-        selected, memory, compute = arrays
-        fits = shares_fit(node, device, usage, memory, compute)
-        if fits is None:
-            return None
-        return int.from_bytes(np.packbits(fits & selected, bitorder="little").tobytes(), "little")
+        return arrays
+
+    def warm(self, placements: Iterable[tuple[NodeState, Allocation]]) -> None:
+        """Work out at once the profiles of the MPS and time-slicing GPU states that
+        ``placements`` would leave (every state against every typical shape in one question of
+        arrays, :func:`~.capacity.rows_fit`), so that scoring them one by one finds them known:
+        a new request shape on a busy cluster leaves a new state on nearly every GPU it could
+        take. The others are left to :meth:`device_profile`; the answers are its own."""
+        devices = self._devices
+        pending: dict[tuple[Any, ...], tuple[Node, Device, DeviceUsage]] = {}
+        for state, alloc in placements:
+            node = state.node
+            for share in alloc.shares:
+                device = node.devices[share.index]
+                if device.mode is not SharingMode.MPS and device.mode is not SharingMode.TIME_SLICING:
+                    continue
+                usage = add_share(device, state.usage[share.index], share)
+                key = device_key(node, device, usage)
+                if key not in devices and key not in pending:
+                    pending[key] = (node, device, usage)
+        if len(pending) < 2:
+            return  # one state is as quickly asked alone
+        if len(devices) + len(pending) > _MEMO_LIMIT:
+            devices.clear()
+        by_kind: dict[int, list[tuple[Any, ...]]] = {}
+        for key, (_, device, _) in pending.items():
+            by_kind.setdefault(device.kind, []).append(key)
+        for keys in by_kind.values():
+            device = pending[keys[0]][1]
+            arrays = self._share_arrays(device)
+            if arrays is None or not device.healthy:  # one kind: one health
+                continue
+            selected, memory, compute = arrays
+            rows = np.array([usage_row(*pending[key]) for key in keys], dtype=np.int64)
+            count, shapes = len(rows), len(memory)
+            fits = rows_fit(np.repeat(rows, shapes, axis=0), np.tile(memory, count), np.tile(compute, count))
+            packed = np.packbits(fits.reshape(count, shapes) & selected, axis=1, bitorder="little")
+            for key, row in zip(keys, packed, strict=True):
+                devices[key] = (free_milli(*pending[key]), int.from_bytes(row.tobytes(), "little"))
 
     def _p(self, mask: int) -> float:
         value = self._popularity.get(mask)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.core import fragmentation as fragmentation_module
+from scheduler.core.capacity import add_share
 from scheduler.core.catalog import CATALOG, ProfileSpec, canonical_model_name, lookup_model
 from scheduler.core.fit import fit
 from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
@@ -159,3 +160,47 @@ def test_profiles_are_kept_per_state_boundedly(monkeypatch: pytest.MonkeyPatch) 
         assert frag.free_share(state) == 2000 - 100 * states.index(state)
         assert len(frag._by_state) <= 3
     assert frag.profiles(states[-1]) is frag.profiles(states[-1])  # kept, not worked out again
+
+
+def test_warming_gives_the_profiles_asked_one_by_one() -> None:
+    """The profiles that candidate placements would leave, worked out all at once (MPS and
+    time-slicing GPUs), are those asked one by one; MIG, exclusive and unhealthy GPUs are left
+    to be asked one by one, and still answer the same."""
+    ts_only = GpuRequest(GpuKind.SHARE, 1, fraction_milli=200, sharing=frozenset({SharingMode.TIME_SLICING}))
+    workload = TypicalWorkload(
+        (
+            (share(100), 0.2),
+            (Demand(1000, 0), 0.05),
+            (Demand(0, 0, ts_only), 0.05),
+            (share(450), 0.2),
+            (whole(1), 0.2),
+            (whole(2), 0.1),
+            (Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, memory_mib=30_000)), 0.2),
+        )
+    )
+    states = [
+        make_state(name="mps", gpus=2, mode="mps"),
+        make_state(name="ts", gpus=2, model="L4", mode="time-slicing", device_options={"replicas": 3}),
+        make_state(name="sick", gpus=2, mode="mps", device_options={"healthy": False}),
+        make_state(name="ex", gpus=2),
+        make_state(name="stray", gpus=2, mode="mps", device_options={"stray_memory_mib": 50_000}),
+    ]
+    states[0] = with_free(states[0], 300, 0)
+    candidates = []
+    for demand in (share(100), share(250), share(600), Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, memory_mib=20_000))):
+        for state in states:
+            candidates.extend((state, alloc) for alloc in fit(demand, state).allocations)
+    # an unhealthy GPU takes no share: placed there by hand, it is still asked the same
+    candidates.extend((states[2], alloc) for alloc in fit(share(100), make_state(gpus=2, mode="mps")).allocations)
+    candidates.extend((states[3], alloc) for alloc in fit(whole(1), states[3]).allocations)  # exclusive
+    assert len(candidates) > 10
+    warmed = Fragmentation(workload)
+    warmed.warm(candidates)
+    assert len(warmed._devices) >= 8  # worked out at once, not left for later
+    fresh = Fragmentation(workload)
+    for state, alloc in candidates:
+        assert warmed.frag_after(state, alloc) == fresh.frag_after(state, alloc)
+        for s in alloc.shares:
+            device = state.node.devices[s.index]
+            after = add_share(device, state.usage[s.index], s)
+            assert warmed.device_profile(state.node, device, after) == fresh.device_profile(state.node, device, after)

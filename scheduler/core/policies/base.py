@@ -23,6 +23,10 @@ Optional parts, found by their presence (a policy defines only what it needs):
     node's move in it, worked out only for a policy that declares it reads them
     (``Reads.GAPS``); its CPU; and, for a policy that declares ``Reads.GROUPS``, the same
     histogram split by GPU group (model and sharing mode, :mod:`scheduler.core.groups`).
+``prepare(demand, candidates)``
+    Told, before the board scores them one by one, of the candidate placements of a call
+    (pairs of node state and allocation), so that what they have in common can be worked out
+    at once; it must not change any score.
 ``observe(demand)``
     Told of each pod once, at its first sight (online policies learn here), and
     ``version``, raised whenever what it learned changes its scores.

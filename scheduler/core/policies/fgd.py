@@ -15,6 +15,7 @@ built-in mix of fractional, whole and multi-GPU pods.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..allocation import Allocation
@@ -44,6 +45,9 @@ class Fgd:
 
     def __init__(self, fragmentation: Fragmentation) -> None:
         self.fragmentation = fragmentation
+
+    def prepare(self, demand: Demand, candidates: Sequence[tuple[NodeState, Allocation]]) -> None:
+        self.fragmentation.warm(candidates)
 
     def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
         return sigmoid_score(self.fragmentation.fall(state, allocation))

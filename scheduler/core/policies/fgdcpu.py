@@ -52,6 +52,7 @@ and whether to learn at all (off only to pin a workload, in a test).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -154,6 +155,9 @@ class FgdCpu:
         after = frag_after + self.stranding_weight * self.stranded(left, cpu_after)
         self._last = (state, allocation, (before, after))
         return before, after
+
+    def prepare(self, demand: Demand, candidates: Sequence[tuple[NodeState, Allocation]]) -> None:
+        self.fragmentation.warm(candidates)
 
     def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
         before, after = self._costs(state, allocation)
