@@ -693,10 +693,12 @@ class KubeScheduler:
         warmup: int,
         server: int | None = None,
         every: tuple[int, Any] | None = None,
+        max_cycles: int = 0,
     ) -> Result:
         """Schedule ``pods`` (in order; failed ones again) until every pod is bound or has been
-        retried, measuring after ``warmup`` attempts. ``server``: its pid, for its CPU;
-        ``every``: (n, call) to call ``call(cycles)`` every n cycles."""
+        retried, or ``max_cycles`` scheduling cycles have run (0: no limit), measuring after
+        ``warmup`` attempts. ``server``: its pid, for its CPU; ``every``: (n, call) to call
+        ``call(cycles)`` every n cycles."""
         encoded = [orjson.dumps(p) for p in pods]
         requests = [self._requests(p) for p in pods]
         binds = [
@@ -771,6 +773,8 @@ class KubeScheduler:
                     time.sleep(0.001)
                     idle += time.perf_counter() - waited  # nothing to schedule: not the extender's time
                     continue
+                if max_cycles and cycles >= max_cycles:
+                    break
                 if cycles == warmup:
                     measuring = True
                     started = time.perf_counter()

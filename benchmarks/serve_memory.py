@@ -3,9 +3,11 @@
 A cluster file of ``--nodes`` nodes of 8 GPUs with ``--running`` pods already bound (allocation
 records as gpuslice writes them) is served; the resident memory is read once the first sync is
 done, then kube-scheduler's loop (benchmarks/extender_driver.py: default node sampling,
-asynchronous binds) schedules ``--pods`` more, and the resident memory is printed every
-``--every`` scheduling cycles with its growth per 1,000 pods. A do-nothing extender's resident
-memory is printed as the baseline (the same HTTP stack holding nothing).
+asynchronous binds) schedules ``--pods`` more (at most ``--cycles`` scheduling cycles: once
+the cluster is full, the pods left are retried, each up to 20 times), and the resident memory is
+printed every ``--every`` scheduling cycles, with its growth per 1,000 cycles over the second
+half. A do-nothing extender's resident memory is printed as the baseline (the same HTTP stack
+holding nothing).
 
     python benchmarks/serve_memory.py                         # 5,000 nodes, 50,000 running, 20,000 more
     python benchmarks/serve_memory.py --nodes 1000 --running 10000 --pods 4000
@@ -30,10 +32,16 @@ def main() -> None:
     parser.add_argument("--running", type=int, default=50_000, help="pods bound before the service starts")
     parser.add_argument("--pods", type=int, default=20_000, help="pods scheduled in the sustained run")
     parser.add_argument("--every", type=int, default=2000, help="cycles between two readings")
+    parser.add_argument(
+        "--cycles",
+        type=int,
+        default=40_000,
+        help="stop after this many scheduling cycles (once the cluster is full, the pods left are retried at length)",
+    )
     parser.add_argument("--policy", default="binpack")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    for name in ("nodes", "running", "pods", "every"):
+    for name in ("nodes", "running", "pods", "every", "cycles"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name} {getattr(args, name)}: accepted: 1 or more")
     work = Path(tempfile.mkdtemp(prefix="gpuslice-memory-"))
@@ -63,7 +71,7 @@ def main() -> None:
             print(f"  after {cycles:6d} scheduling cycles: {rss:7.0f} MiB", flush=True)
 
         scheduler = driver.KubeScheduler(port, cluster.nodes, cluster.running, percentage=0)
-        got = scheduler.run(cluster.pending, 0, pid, every=(args.every, read))
+        got = scheduler.run(cluster.pending, 0, pid, every=(args.every, read), max_cycles=args.cycles)
         read(got.attempts)
         over = driver.over_allocated(client)
     half = [r for r in readings if r[0] >= readings[-1][0] / 2]

@@ -167,3 +167,16 @@ def test_a_pod_that_fits_nowhere_is_retried_only_once_its_back_off_has_passed(mo
     assert 3 <= len(_Scripted.asked) <= 12, _Scripted.asked  # retried while the binds are under way, not 20 times
     wanted = [min(0.2, 0.1 * 2**k) for k in range(len(gaps))]
     assert (gaps >= np.array(wanted) - 0.005).all(), (gaps, wanted)
+
+
+def test_a_run_stops_after_its_cycles() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        nodes = [driver.make_node(i, {"devices": []}) for i in range(3)]
+        pods = [driver.make_pod(f"hopeless-{i}", {}, 1, 1) for i in range(5)]
+        got = driver.KubeScheduler(server.server_address[1], nodes, []).run(pods, warmup=0, max_cycles=3)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert got.attempts == 3 and got.unschedulable == 3
