@@ -32,11 +32,11 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from .allocation import Allocation
+from .allocation import Allocation, DeviceShare
 from .capacity import GAP_LEVELS, DeviceUsage, Refusal, device_key, rows_fit, usage_row
 from .fit import device_share, fit, host_reason, shortage
 from .groups import Groups, device_group, node_group
-from .inventory import Device, Node
+from .inventory import Device, Node, SharingMode
 from .policies.base import Policy, Reads, demand_key, reads, version
 from .request import Demand, GpuKind, GpuRequest
 from .select import Placement, Scored, evaluate, finish, score_firsts, score_node
@@ -699,6 +699,10 @@ class Board:
             return [score_node(policy, demand, self._state(i)) for i in positions.tolist()]
         rows = self._devs[positions]
         hosts = self._hosted(gpu, rows).hosts[rows].tolist()
+        # on an MPS or time-slicing GPU that hosts it, a share is what the request asks of the
+        # GPU's kind (device_share's answer there, without asking the capacity rules again)
+        shared = (SharingMode.MPS, SharingMode.TIME_SLICING) if gpu.kind is not GpuKind.MIG else ()
+        asks: dict[int, tuple[int, int]] = {}
         nodes: list[tuple[NodeState, list[Allocation]]] = []
         for i, row, hosting in zip(positions.tolist(), rows.tolist(), hosts, strict=True):
             state = self._state(i)
@@ -708,8 +712,16 @@ class Board:
             for g, device_id in enumerate(row[: len(node.devices)]):
                 if hosting[g] and device_id not in seen:
                     seen.add(device_id)
-                    share = device_share(gpu, node, node.devices[g], state.usage[g])
-                    assert not isinstance(share, Refusal), share  # the device state hosts it
+                    device = node.devices[g]
+                    if device.mode in shared:
+                        ask = asks.get(device.kind)
+                        if ask is None:
+                            ask = asks[device.kind] = gpu.share_on(device)
+                        share = DeviceShare(device.uuid, device.index, device.mode, *ask)
+                    else:
+                        asked = device_share(gpu, node, device, state.usage[g])
+                        assert not isinstance(asked, Refusal), asked  # the device state hosts it
+                        share = asked
                     firsts.append(Allocation(node.name, (share,), demand.cpu_milli, demand.memory_mib))
             nodes.append((state, firsts))
         prepare = getattr(policy, "prepare", None)
