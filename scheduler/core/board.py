@@ -34,7 +34,7 @@ import numpy as np
 
 from .allocation import Allocation, DeviceShare
 from .capacity import GAP_LEVELS, DeviceUsage, Refusal, device_key, rows_fit, usage_row
-from .fit import device_share, fit, host_reason, shortage
+from .fit import counted_reason, device_share, fit, host_reason, kind_reason, refused_reason
 from .groups import Groups, device_group, node_group
 from .inventory import Device, Node, SharingMode
 from .policies.base import Policy, Reads, demand_key, reads, version
@@ -567,25 +567,33 @@ class Board:
 
     def _gpu_reasons(self, gpu: GpuRequest, positions: np.ndarray) -> np.ndarray:
         """Text ids of why ``gpu`` does not fit on each of ``positions`` (nodes with a state
-        where it does not): fit's own reason, asked once per node kind and row of device states."""
+        where it does not): fit's own reason (:func:`~.fit.shortage`), from what decides it,
+        worked out with arrays: per node, how many GPUs can host a share, and of the GPUs the
+        selectors allow that refuse, the first with the most free memory; its text and the
+        kind's are written once per distinct (node kind, GPUs that can host, refusal, free memory)."""
         devices = self._devs[positions]
         table = self._hosted(gpu, devices)
-        rows = np.column_stack([self._kind[positions].astype(np.int64), devices])
-        unique, first, inverse = _unique_rows(rows)
+        hosting = table.hosts[devices]
+        refused = table.allowed[devices] & ~hosting
+        free = np.full(devices.shape, -1, dtype=np.int64)  # of the refused GPUs (refusals have >= 0)
+        if refused.any():
+            ids = np.unique(devices[refused])
+            known = np.zeros(len(self._dev_ids), dtype=np.int64)
+            known[ids] = [self._refusal(gpu, table, i).free_mib for i in ids.tolist()]
+            free = np.where(refused, known[devices], -1)
+        best = free.argmax(axis=1)  # the first of the most free memory
+        lines = np.arange(len(positions))
+        best_id = np.where(refused.any(axis=1), devices[lines, best], 0)  # 0: none refused
+        options = hosting.sum(axis=1) if gpu.count > 1 else np.zeros(len(positions), dtype=np.int64)
+        keys = np.column_stack([self._kind[positions].astype(np.int64), options, best_id])
+        unique, _, inverse = _unique_rows(keys)
         texts = np.zeros(len(unique), dtype=np.int32)
-        for u in range(len(unique)):
-            state = self._states[int(positions[first[u]])]
-            assert state is not None
-            options = 0
-            refusals: list[Refusal] = []
-            for device_id in unique[u, 1 : 1 + len(state.node.devices)].tolist():
-                if not table.allowed[device_id]:
-                    continue
-                if table.hosts[device_id]:
-                    options += 1
-                else:
-                    refusals.append(self._refusal(gpu, table, device_id))
-            texts[u] = self._text(shortage(gpu, state.node, options, refusals))
+        for u, (kind, count, device_id) in enumerate(unique.tolist()):
+            refusal = self._refusal(gpu, table, device_id) if device_id else None
+            why = None
+            if refusal is not None or gpu.count <= 1:
+                why = kind_reason(gpu, self._kind_nodes[kind]) or refused_reason(refusal)
+            texts[u] = self._text(counted_reason(gpu, count, why))
         reasons: np.ndarray = texts[inverse]
         return reasons
 

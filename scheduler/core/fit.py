@@ -215,7 +215,9 @@ def _largest_linked(node: Node, indices: list[int]) -> int:
     return max((len(c) for c in nx.find_cliques(graph)), default=0)
 
 
-def _gpu_reason(gpu: GpuRequest, node: Node, refusals: list[Refusal]) -> str:
+def kind_reason(gpu: GpuRequest, node: Node) -> str | None:
+    """Why no GPU of the node is of a model and mode ``gpu`` accepts (None when some is): the
+    same for every node of the node's kind."""
     models = {d.model.name for d in node.devices}
     if not node.devices:
         return "node has no GPUs"
@@ -226,25 +228,42 @@ def _gpu_reason(gpu: GpuRequest, node: Node, refusals: list[Refusal]) -> str:
         return f"no GPU in sharing mode {'|'.join(sorted(gpu.sharing))}"
     if gpu.kind is GpuKind.MIG and SharingMode.MIG not in modes:
         return "no GPU in MIG mode"
-    if not refusals:
+    return None
+
+
+def refused_reason(best: Refusal | None) -> str:
+    """Why, when the GPUs the selectors allow refused: ``best`` is the refusal of the GPU
+    closest to fitting (the most free memory; the first such), None when none refused."""
+    if best is None:
         return "no GPU matches"
-    # The GPU closest to fitting (most free memory) explains best why nothing fits; when
-    # memory is what it lacks, the node's largest free memory says by how much.
-    best = max(refusals, key=lambda r: r.free_mib)
+    # When memory is what it lacks, the largest free memory says by how much.
     if best.need_mib is not None:
-        return f"needs {best.need_mib} MiB on one GPU, largest free {max(r.free_mib for r in refusals)} MiB"
+        return f"needs {best.need_mib} MiB on one GPU, largest free {best.free_mib} MiB"
     return best.text
+
+
+def _gpu_reason(gpu: GpuRequest, node: Node, refusals: list[Refusal]) -> str:
+    found = kind_reason(gpu, node)
+    if found is not None:
+        return found
+    return refused_reason(max(refusals, key=lambda r: r.free_mib) if refusals else None)
+
+
+def counted_reason(gpu: GpuRequest, options: int, why: str | None) -> str:
+    """The reason of :func:`shortage` from ``why`` the GPUs refused (None: none refused, for a
+    request of several GPUs)."""
+    if gpu.count <= 1:
+        assert why is not None
+        return why
+    text = f"needs {gpu.count} GPUs for {gpu.describe()}, {options} available"
+    return text if why is None else f"{text} ({why})"
 
 
 def shortage(gpu: GpuRequest, node: Node, options: int, refusals: list[Refusal]) -> str:
     """Why ``gpu`` does not fit a node where ``options`` GPUs can host one of its shares and
     the node's other GPUs (those its selectors allow) gave ``refusals``, in device order."""
-    if gpu.count <= 1:
-        return _gpu_reason(gpu, node, refusals)
-    why = f"needs {gpu.count} GPUs for {gpu.describe()}, {options} available"
-    if refusals:
-        why += f" ({_gpu_reason(gpu, node, refusals)})"
-    return why
+    why = _gpu_reason(gpu, node, refusals) if refusals or gpu.count <= 1 else None
+    return counted_reason(gpu, options, why)
 
 
 def gpu_options(gpu: GpuRequest, state: NodeState) -> tuple[list[DeviceShare], list[Refusal]]:
