@@ -34,12 +34,12 @@ import numpy as np
 
 from .allocation import Allocation, DeviceShare
 from .capacity import GAP_LEVELS, DeviceUsage, Refusal, device_key, rows_fit, usage_row
-from .fit import counted_reason, device_share, fit, host_reason, kind_reason, refused_reason
+from .fit import counted_reason, device_share, fit, gpu_fit, host_reason, kind_reason, refused_reason
 from .groups import Groups, device_group, node_group
 from .inventory import Device, Node, SharingMode
 from .policies.base import Policy, Reads, demand_key, reads, version
 from .request import Demand, GpuKind, GpuRequest
-from .select import Placement, Scored, evaluate, finish, score_firsts, score_node
+from .select import Placement, Scored, evaluate, finish, firsts, score_firsts
 from .state import NodeState
 
 UNKNOWN_NODE = "node unknown to gpuslice"
@@ -701,10 +701,17 @@ class Board:
         candidate per GPU that hosts it, and candidates on GPUs in one device state are
         equivalent (:func:`~.select.outcome`): so one candidate per distinct device state that
         hosts it, from the first GPU in that state, found from the board's device states
-        instead of asking every GPU again."""
+        instead of asking every GPU again. A policy with ``prepare`` is told every candidate
+        first."""
         gpu = demand.gpu
+        prepare = getattr(policy, "prepare", None)
         if gpu.kind is GpuKind.NONE or gpu.count > 1:
-            return [score_node(policy, demand, self._state(i)) for i in positions.tolist()]
+            found = [(state, gpu_fit(demand, state)) for state in map(self._state, positions.tolist())]
+            candidates = [(state, firsts(state, got.allocations)) for state, got in found if got]
+            if prepare is not None:
+                prepare(demand, [(state, alloc) for state, allocs in candidates for alloc in allocs])
+            scored = iter([score_firsts(policy, demand, state, allocs) for state, allocs in candidates])
+            return [next(scored) if got else got.reason for _, got in found]
         rows = self._devs[positions]
         hosts = self._hosted(gpu, rows).hosts[rows].tolist()
         # on an MPS or time-slicing GPU that hosts it, a share is what the request asks of the
@@ -716,7 +723,7 @@ class Board:
             state = self._state(i)
             node = state.node
             seen: set[int] = set()
-            firsts: list[Allocation] = []
+            mine: list[Allocation] = []
             for g, device_id in enumerate(row[: len(node.devices)]):
                 if hosting[g] and device_id not in seen:
                     seen.add(device_id)
@@ -730,12 +737,11 @@ class Board:
                         asked = device_share(gpu, node, device, state.usage[g])
                         assert not isinstance(asked, Refusal), asked  # the device state hosts it
                         share = asked
-                    firsts.append(Allocation(node.name, (share,), demand.cpu_milli, demand.memory_mib))
-            nodes.append((state, firsts))
-        prepare = getattr(policy, "prepare", None)
+                    mine.append(Allocation(node.name, (share,), demand.cpu_milli, demand.memory_mib))
+            nodes.append((state, mine))
         if prepare is not None:
-            prepare(demand, [(state, alloc) for state, firsts in nodes for alloc in firsts])
-        return [score_firsts(policy, demand, state, firsts) for state, firsts in nodes]
+            prepare(demand, [(state, alloc) for state, allocs in nodes for alloc in allocs])
+        return [score_firsts(policy, demand, state, allocs) for state, allocs in nodes]
 
     def _raw(self, policy: Policy, demand: Demand, positions: np.ndarray | None) -> tuple[np.ndarray, _ScoreTable]:
         """Raw scores per position (None: every position, in order, free ones never fitting),

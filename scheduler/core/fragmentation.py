@@ -297,18 +297,28 @@ class Fragmentation:
         return arrays
 
     def warm(self, placements: Iterable[tuple[NodeState, Allocation]]) -> None:
-        """Work out at once the profiles of the MPS and time-slicing GPU states that
-        ``placements`` would leave (every state against every typical shape in one question of
-        arrays, :func:`~.capacity.rows_fit`), so that scoring them one by one finds them known:
-        a new request shape on a busy cluster leaves a new state on nearly every GPU it could
-        take. The others are left to :meth:`device_profile`; the answers are its own."""
+        """Work out at once the profiles of the MPS and time-slicing GPU states of the nodes of
+        ``placements`` not yet known, and of those the placements would leave (every state
+        against every typical shape in one question of arrays, :func:`~.capacity.rows_fit`),
+        so that scoring them one by one finds them known: a new request shape on a busy cluster
+        leaves a new state on nearly every GPU it could take. The others are left to
+        :meth:`device_profile`; the answers are its own."""
         devices = self._devices
         pending: dict[tuple[Any, ...], tuple[Node, Device, DeviceUsage]] = {}
+        shared = (SharingMode.MPS, SharingMode.TIME_SLICING)
+        seen: set[int] = set()
         for state, alloc in placements:
             node = state.node
+            if id(state) not in seen and id(state) not in self._by_state:
+                seen.add(id(state))
+                for device, usage in zip(node.devices, state.usage, strict=True):
+                    if device.mode in shared:
+                        key = device_key(node, device, usage)
+                        if key not in devices and key not in pending:
+                            pending[key] = (node, device, usage)
             for share in alloc.shares:
                 device = node.devices[share.index]
-                if device.mode is not SharingMode.MPS and device.mode is not SharingMode.TIME_SLICING:
+                if device.mode not in shared:
                     continue
                 usage = add_share(device, state.usage[share.index], share)
                 key = device_key(node, device, usage)

@@ -109,7 +109,12 @@ def score_node(policy: Policy, demand: Demand, state: NodeState) -> Scored | str
     found = gpu_fit(demand, state)
     if not found:
         return found.reason
-    return score_firsts(policy, demand, state, [members[0] for members in _groups(state, found.allocations)])
+    return score_firsts(policy, demand, state, firsts(state, found.allocations))
+
+
+def firsts(state: NodeState, allocations: Sequence[Allocation]) -> list[Allocation]:
+    """The first of each group of equivalent candidates (see :func:`outcome`), in order."""
+    return [members[0] for members in _groups(state, allocations)]
 
 
 def score_firsts(policy: Policy, demand: Demand, state: NodeState, firsts: Sequence[Allocation]) -> Scored:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.core import fragmentation as fragmentation_module
-from scheduler.core.capacity import add_share
+from scheduler.core.capacity import add_share, device_key
 from scheduler.core.catalog import CATALOG, ProfileSpec, canonical_model_name, lookup_model
 from scheduler.core.fit import fit
 from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
@@ -197,6 +197,10 @@ def test_warming_gives_the_profiles_asked_one_by_one() -> None:
     warmed = Fragmentation(workload)
     warmed.warm(candidates)
     assert len(warmed._devices) >= 8  # worked out at once, not left for later
+    for state, _ in candidates:  # the nodes' own states too, on their healthy shared GPUs
+        for device, usage in zip(state.node.devices, state.usage, strict=True):
+            if device.healthy and device.mode in (SharingMode.MPS, SharingMode.TIME_SLICING):
+                assert device_key(state.node, device, usage) in warmed._devices
     fresh = Fragmentation(workload)
     for state, alloc in candidates:
         assert warmed.frag_after(state, alloc) == fresh.frag_after(state, alloc)
