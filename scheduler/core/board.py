@@ -32,17 +32,18 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from .allocation import Allocation, DeviceShare
+from .allocation import Allocation
 from .capacity import GAP_LEVELS, DeviceUsage, Refusal, device_key, rows_fit, usage_row
 from .fit import counted_reason, device_share, fit, gpu_fit, host_reason, kind_reason, refused_reason
 from .groups import Groups, device_group, node_group
-from .inventory import Device, Node, SharingMode
+from .inventory import Device, Node
 from .policies.base import Policy, Reads, demand_key, reads, version
 from .request import Demand, GpuKind, GpuRequest
 from .select import Placement, Scored, evaluate, finish, firsts, score_firsts
 from .state import NodeState
 
 UNKNOWN_NODE = "node unknown to gpuslice"
+_DEV_COLUMNS = 11  # a device state's row: its device kind, then the ten of capacity.usage_row
 
 
 class _Growing(Protocol):
@@ -267,8 +268,8 @@ class Board:
         self._dev_states: list[tuple[Node, Device, DeviceUsage] | None] = [None]
         # per device state id: its device kind, then what the MPS and time-slicing rules read
         # (capacity.usage_row), so that a request is asked of every such state at once
-        self._dev_rows: list[tuple[int, ...]] = [(-1, *(0,) * 10)]
-        self._dev_array = np.zeros((0, 11), dtype=np.int64)  # the rows above, as far as made
+        self._dev_rows: list[tuple[int, ...]] = [(-1,) + (0,) * (_DEV_COLUMNS - 1)]  # id 0: no device
+        self._dev_array = np.zeros((0, _DEV_COLUMNS), dtype=np.int64)  # the rows above, as far as made
         self._kind_devices: dict[int, Device] = {}  # a device of each device kind
         self._hosting: OrderedDict[Hashable, _Hosting] = OrderedDict()
         self._kinds = _Ids()
@@ -523,7 +524,7 @@ class Board:
         whole GPUs), every state at once by the capacity rules of arrays; the other ids are
         returned, to be asked one by one."""
         if len(self._dev_array) < len(self._dev_rows):
-            fresh = np.array(self._dev_rows[len(self._dev_array) :], dtype=np.int64).reshape(-1, 11)
+            fresh = np.array(self._dev_rows[len(self._dev_array) :], dtype=np.int64)
             self._dev_array = np.concatenate([self._dev_array, fresh])
         rows = self._dev_array[ids]
         arrayable = rows[:, 1] == 1
@@ -569,8 +570,8 @@ class Board:
         """Text ids of why ``gpu`` does not fit on each of ``positions`` (nodes with a state
         where it does not): fit's own reason (:func:`~.fit.shortage`), from what decides it,
         worked out with arrays: per node, how many GPUs can host a share, and of the GPUs the
-        selectors allow that refuse, the first with the most free memory; its text and the
-        kind's are written once per distinct (node kind, GPUs that can host, refusal, free memory)."""
+        selectors allow that refuse, the first with the most free memory; the text is written
+        once per distinct (node kind, GPUs that can host, that refusing GPU's state)."""
         devices = self._devs[positions]
         table = self._hosted(gpu, devices)
         hosting = table.hosts[devices]
@@ -714,10 +715,6 @@ class Board:
             return [next(scored) if got else got.reason for _, got in found]
         rows = self._devs[positions]
         hosts = self._hosted(gpu, rows).hosts[rows].tolist()
-        # on an MPS or time-slicing GPU that hosts it, a share is what the request asks of the
-        # GPU's kind (device_share's answer there, without asking the capacity rules again)
-        shared = (SharingMode.MPS, SharingMode.TIME_SLICING) if gpu.kind is not GpuKind.MIG else ()
-        asks: dict[int, tuple[int, int]] = {}
         nodes: list[tuple[NodeState, list[Allocation]]] = []
         for i, row, hosting in zip(positions.tolist(), rows.tolist(), hosts, strict=True):
             state = self._state(i)
@@ -727,16 +724,8 @@ class Board:
             for g, device_id in enumerate(row[: len(node.devices)]):
                 if hosting[g] and device_id not in seen:
                     seen.add(device_id)
-                    device = node.devices[g]
-                    if device.mode in shared:
-                        ask = asks.get(device.kind)
-                        if ask is None:
-                            ask = asks[device.kind] = gpu.share_on(device)
-                        share = DeviceShare(device.uuid, device.index, device.mode, *ask)
-                    else:
-                        asked = device_share(gpu, node, device, state.usage[g])
-                        assert not isinstance(asked, Refusal), asked  # the device state hosts it
-                        share = asked
+                    share = device_share(gpu, node, node.devices[g], state.usage[g])
+                    assert not isinstance(share, Refusal), share  # the device state hosts it
                     mine.append(Allocation(node.name, (share,), demand.cpu_milli, demand.memory_mib))
             nodes.append((state, mine))
         if prepare is not None:

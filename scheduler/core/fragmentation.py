@@ -414,10 +414,10 @@ class Fragmentation:
         """F_before - F_after of placing ``alloc`` on ``state``."""
         return self.node_frag(state) - self.frag_after(state, alloc)
 
-    def frag_after(self, state: NodeState, alloc: Allocation, profiles: list[tuple[int, int]] | None = None) -> float:
-        """F_n(M) once ``alloc`` is placed on ``state`` (``profiles``: the state's, if at hand)."""
+    def frag_after(self, state: NodeState, alloc: Allocation) -> float:
+        """F_n(M) once ``alloc`` is placed on ``state``."""
         node = state.node
-        after = list(profiles if profiles is not None else self.profiles(state))
+        after = list(self.profiles(state))
         for share in alloc.shares:
             device = node.devices[share.index]
             after[share.index] = self.device_profile(node, device, add_share(device, state.usage[share.index], share))
