@@ -33,7 +33,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from .allocation import Allocation
-from .capacity import GAP_LEVELS, DeviceUsage, Refusal, device_key, rows_fit, usage_row
+from .capacity import GAP_LEVELS, DeviceUsage, Refusal, device_key, rows_fit, rows_refused_free, usage_row
 from .fit import counted_reason, device_share, fit, gpu_fit, host_reason, kind_reason, refused_reason
 from .groups import Groups, device_group, node_group
 from .inventory import Device, Node
@@ -523,27 +523,52 @@ class Board:
         """Work out ``table`` for the MPS and time-slicing states among ``ids`` (a share or
         whole GPUs), every state at once by the capacity rules of arrays; the other ids are
         returned, to be asked one by one."""
-        if len(self._dev_array) < len(self._dev_rows):
-            fresh = np.array(self._dev_rows[len(self._dev_array) :], dtype=np.int64)
-            self._dev_array = np.concatenate([self._dev_array, fresh])
-        rows = self._dev_array[ids]
+        rows = self._dev_rows_of(ids)
         arrayable = rows[:, 1] == 1
         if not arrayable.any():
             return ids
         chosen, rows = ids[arrayable], rows[arrayable]
-        kinds, inverse = np.unique(rows[:, 0], return_inverse=True)
-        allowed = np.zeros(len(kinds), dtype=bool)
-        shares = np.zeros((2, len(kinds)), dtype=np.int64)  # the share's memory and compute on the kind
-        for k, kind in enumerate(kinds.tolist()):
+        allows, memory, compute = self._kind_shares(gpu, rows[:, 0])
+        table.known[chosen] = True
+        table.allowed[chosen] = allows
+        table.hosts[chosen] = allows & rows_fit(rows[:, 1:], memory, compute)
+        rest: np.ndarray = ids[~arrayable]
+        return rest
+
+    def _dev_rows_of(self, ids: np.ndarray) -> np.ndarray:
+        """The rows (device kind, then :func:`~.capacity.usage_row`) of the device states ``ids``."""
+        if len(self._dev_array) < len(self._dev_rows):
+            fresh = np.array(self._dev_rows[len(self._dev_array) :], dtype=np.int64)
+            self._dev_array = np.concatenate([self._dev_array, fresh])
+        rows: np.ndarray = self._dev_array[ids]
+        return rows
+
+    def _kind_shares(self, gpu: GpuRequest, kinds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per entry of ``kinds`` (device kinds): whether ``gpu``'s selectors allow such a GPU,
+        and the memory and compute of one share of ``gpu`` on it."""
+        unique, inverse = np.unique(kinds, return_inverse=True)
+        allowed = np.zeros(len(unique), dtype=bool)
+        shares = np.zeros((2, len(unique)), dtype=np.int64)
+        for k, kind in enumerate(unique.tolist()):
             device = self._kind_devices[kind]
             allowed[k] = gpu.allows_model(device.model.name) and gpu.allows_mode(device.mode)
             shares[:, k] = gpu.share_on(device)
-        allows = allowed[inverse]
-        table.known[chosen] = True
-        table.allowed[chosen] = allows
-        table.hosts[chosen] = allows & rows_fit(rows[:, 1:], shares[0, inverse], shares[1, inverse])
-        rest: np.ndarray = ids[~arrayable]
-        return rest
+        return allowed[inverse], shares[0, inverse], shares[1, inverse]
+
+    def _refused_free(self, gpu: GpuRequest, table: _Hosting, ids: np.ndarray) -> np.ndarray:
+        """The free memory (MiB) that the refusals of the device states ``ids`` (allowed, not
+        hosting ``gpu``) report: of a share or whole GPUs on MPS and time-slicing states, by
+        the rules of arrays (:func:`~.capacity.rows_refused_free`); of the others, from
+        :meth:`_refusal`."""
+        free = np.zeros(len(ids), dtype=np.int64)
+        rows = self._dev_rows_of(ids)
+        arrayable = (rows[:, 1] == 1) & (gpu.kind is GpuKind.SHARE or gpu.kind is GpuKind.WHOLE)
+        if arrayable.any():
+            _, memory, compute = self._kind_shares(gpu, rows[arrayable, 0])
+            free[arrayable] = rows_refused_free(rows[arrayable, 1:], memory, compute)
+        for k in np.flatnonzero(~arrayable).tolist():
+            free[k] = self._refusal(gpu, table, int(ids[k])).free_mib
+        return free
 
     def _refusal(self, gpu: GpuRequest, table: _Hosting, device_id: int) -> Refusal:
         """Why the device state ``device_id`` (allowed, not hosting) refuses ``gpu``."""
@@ -580,7 +605,7 @@ class Board:
         if refused.any():
             ids = np.unique(devices[refused])
             known = np.zeros(len(self._dev_ids), dtype=np.int64)
-            known[ids] = [self._refusal(gpu, table, i).free_mib for i in ids.tolist()]
+            known[ids] = self._refused_free(gpu, table, ids)
             free = np.where(refused, known[devices], -1)
         best = free.argmax(axis=1)  # the first of the most free memory
         lines = np.arange(len(positions))

@@ -226,6 +226,28 @@ def rows_fit(rows: np.ndarray | tuple[int, ...], memory_mib: np.ndarray, compute
     return fits
 
 
+def rows_refused_free(rows: np.ndarray, memory_mib: np.ndarray, compute_milli: np.ndarray) -> np.ndarray:
+    """Per share that does not fit the GPU state of ``rows[i]`` (see :func:`rows_fit`): the free
+    memory (MiB) the :class:`Refusal` of :func:`refusal`, else of :func:`stray_refusal`, reports;
+    the first rule the share breaks decides which. Meaningless where the share fits. Held to
+    the two refusals pair by pair in ``tests/core/test_capacity.py``."""
+    _, total, memory_cap, compute_cap, limit, used_memory, used_compute, shares, whole, stray = rows.T
+    m, c = memory_mib, compute_milli
+    device_free = np.maximum(0, total - used_memory)
+    room = memory_cap - used_memory
+    free: np.ndarray = np.select(
+        [
+            (m < 0) | (c < 0) | (m > total) | (c > MILLI),  # no share of this GPU at all
+            (whole != 0) | ((shares != 0) & (m >= total) & (c >= MILLI)),  # "is not free"
+            (shares >= limit) | (used_compute + c > compute_cap),  # clients, replicas, compute
+            used_memory + m > memory_cap,  # memory past the cap
+        ],
+        [device_free, 0, device_free, np.maximum(0, room)],
+        np.maximum(0, room - stray),  # memory past what stray processes leave
+    )
+    return free
+
+
 def shares_fit(
     node: Node, device: Device, usage: DeviceUsage, memory_mib: np.ndarray, compute_milli: np.ndarray
 ) -> np.ndarray | None:

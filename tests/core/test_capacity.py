@@ -8,7 +8,16 @@ import numpy as np
 import pytest
 
 from scheduler.core.allocation import Allocation, DeviceShare
-from scheduler.core.capacity import DeviceUsage, free_milli, refusal, rows_fit, shares_fit, stray_refusal, usage_row
+from scheduler.core.capacity import (
+    DeviceUsage,
+    free_milli,
+    refusal,
+    rows_fit,
+    rows_refused_free,
+    shares_fit,
+    stray_refusal,
+    usage_row,
+)
 from scheduler.core.errors import RecordError
 from scheduler.core.fit import fit
 from scheduler.core.inventory import SharingMode
@@ -196,6 +205,7 @@ def test_shares_fit_answers_as_refusal_share_by_share(mode: str, oversub: int, s
     checked = 0
     rows: list[tuple[int, ...]] = []
     answers: list[bool] = []
+    frees: list[int] = []
     for used_memory in sizes:
         for used_compute in computes:
             for shares in range(5):
@@ -206,17 +216,22 @@ def test_shares_fit_answers_as_refusal_share_by_share(mode: str, oversub: int, s
                     rows.append(usage_row(node, device, usage))
                     for k, (m, c) in enumerate(grid):
                         share = DeviceShare(device.uuid, 0, device.mode, m, c)
-                        expected = refusal(node, device, usage, share) is None and (
-                            stray_refusal(node, device, usage, share) is None
-                        )
+                        why = refusal(node, device, usage, share) or stray_refusal(node, device, usage, share)
+                        expected = why is None
                         assert bool(got[k]) == expected, (usage, m, c)
                         checked += expected
                         answers.append(expected)
+                        frees.append(-1 if why is None else why.free_mib)
     assert checked  # some shares fit
     # every (state, share) pair at once: one row per pair
     states = np.repeat(np.array(rows, dtype=np.int64), len(grid), axis=0)
     at_once = rows_fit(states, np.tile(memory, len(rows)), np.tile(compute, len(rows)))
     assert at_once.tolist() == answers
+    # and where a share is refused, the free memory its refusal reports
+    reported = rows_refused_free(states, np.tile(memory, len(rows)), np.tile(compute, len(rows)))
+    refused = ~at_once
+    assert reported[refused].tolist() == np.array(frees)[refused].tolist()
+    assert len(set(reported[refused].tolist())) > 3  # several rules, several amounts
 
 
 def test_shares_fit_leaves_other_modes_and_unhealthy_gpus_to_refusal() -> None:
