@@ -35,6 +35,9 @@ class NodeState:
     # state never changes), because nearly every question about a node reads it. ``apply`` and
     # ``release`` hand over the GPUs they did not touch; any other maker leaves it empty.
     frees: tuple[Free, ...] = field(default=(), compare=False, hash=False, repr=False)
+    # Their sum, in milli-GPU (see :meth:`free_milli`): every policy that weighs a node's free
+    # GPU asks it of every candidate.
+    free_total: int = field(default=0, init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         node = self.node
@@ -42,6 +45,7 @@ class NodeState:
             object.__setattr__(
                 self, "frees", tuple(free(node, d, u) for d, u in zip(node.devices, self.usage, strict=True))
             )
+        object.__setattr__(self, "free_total", sum(f.milli for f in self.frees))
 
     @staticmethod
     def empty(node: Node) -> NodeState:
@@ -70,7 +74,7 @@ class NodeState:
 
     def free_milli(self) -> int:
         """The node's free share summed over its GPUs, in milli-GPU."""
-        return sum(f.milli for f in self.frees)
+        return self.free_total
 
     def gap_levels(self) -> list[int]:
         """Each GPU's free share as a gap level (0: full or unusable, 100: idle)."""

@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 
 from scheduler.core.allocation import Allocation, DeviceShare, MigSlot, decode_record, encode_record
 from scheduler.core.board import Board, Status, _unique_rows
+from scheduler.core.capacity import Refusal, free
 from scheduler.core.catalog import CATALOG, ProfileSpec
 from scheduler.core.errors import RecordError
-from scheduler.core.fit import fit, hosts
+from scheduler.core.fit import device_share, fit, hosts, sharing_share
 from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
 from scheduler.core.inventory import MigInstance, Node, SharingMode
 from scheduler.core.mig import best_start, slot_of
@@ -179,6 +180,9 @@ def test_never_over_capacity_and_release_is_exact(node: Node, steps: list[tuple[
                 state = state.apply(f"p{k}", found.allocations[pick % len(found.allocations)])
                 assert state.release(f"p{k}") == before  # apply then release is the identity
         assert_within_capacity(state)
+        # what apply and release hand over of the GPUs' free capacity is what a fresh look finds
+        fresh = [free(node, d, u) for d, u in zip(node.devices, state.usage, strict=True)]
+        assert list(state.frees) == fresh and state.free_milli() == sum(f.milli for f in fresh)
         history.append(state)
     # rebuilding from the records gives the same state
     records = [(pod, encode_record(alloc)) for pod, alloc in state.pods]
@@ -197,6 +201,26 @@ def test_every_candidate_applies_and_round_trips(node: Node, demand: Demand) -> 
     for alloc in fit(demand, state).allocations:
         assert decode_record(encode_record(alloc, "t"), "p") == alloc
         assert_within_capacity(state.apply("p", alloc))
+
+
+@SETTINGS
+@given(nodes(), st.lists(demands(), min_size=1, max_size=6), demands())
+def test_a_hosting_sharing_gpu_gives_exactly_what_is_asked(node: Node, warmup: list[Demand], demand: Demand) -> None:
+    """What the board hands a share or whole GPUs on an MPS or time-slicing GPU that hosts it
+    (fit.sharing_share, no capacity question) is device_share's answer there."""
+    state = NodeState.empty(node)
+    for k, earlier in enumerate(warmup):
+        found = fit(earlier, state)
+        if found:
+            state = state.apply(f"w{k}", found.allocations[0])
+    gpu = demand.gpu
+    if gpu.kind not in (GpuKind.SHARE, GpuKind.WHOLE):
+        return
+    for device, usage in zip(node.devices, state.usage, strict=True):
+        if device.mode in (SharingMode.MPS, SharingMode.TIME_SLICING) and device.healthy:
+            asked = device_share(gpu, node, device, usage)
+            if not isinstance(asked, Refusal):
+                assert sharing_share(gpu, device) == asked
 
 
 def _all_single_shares(demand: Demand, state: NodeState) -> list[Allocation]:
