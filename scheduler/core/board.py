@@ -34,7 +34,16 @@ import numpy as np
 
 from .allocation import Allocation
 from .capacity import GAP_LEVELS, DeviceUsage, Refusal, device_key, rows_fit, rows_refused_free, usage_row
-from .fit import counted_reason, device_share, fit, gpu_fit, host_reason, kind_reason, refused_reason
+from .fit import (
+    counted_reason,
+    device_share,
+    fit,
+    gpu_fit,
+    host_reason,
+    kind_reason,
+    refused_reason,
+    sharing_share,
+)
 from .groups import Groups, device_group, node_group
 from .inventory import Device, Node
 from .policies.base import Policy, Reads, demand_key, reads, version
@@ -523,7 +532,7 @@ class Board:
         """Work out ``table`` for the MPS and time-slicing states among ``ids`` (a share or
         whole GPUs), every state at once by the capacity rules of arrays; the other ids are
         returned, to be asked one by one."""
-        rows = self._dev_rows_of(ids)
+        rows = self._dev_table()[ids]
         arrayable = rows[:, 1] == 1
         if not arrayable.any():
             return ids
@@ -535,13 +544,12 @@ class Board:
         rest: np.ndarray = ids[~arrayable]
         return rest
 
-    def _dev_rows_of(self, ids: np.ndarray) -> np.ndarray:
-        """The rows (device kind, then :func:`~.capacity.usage_row`) of the device states ``ids``."""
+    def _dev_table(self) -> np.ndarray:
+        """Every device state's row (its device kind, then :func:`~.capacity.usage_row`), by id."""
         if len(self._dev_array) < len(self._dev_rows):
             fresh = np.array(self._dev_rows[len(self._dev_array) :], dtype=np.int64)
             self._dev_array = np.concatenate([self._dev_array, fresh])
-        rows: np.ndarray = self._dev_array[ids]
-        return rows
+        return self._dev_array
 
     def _kind_shares(self, gpu: GpuRequest, kinds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per entry of ``kinds`` (device kinds): whether ``gpu``'s selectors allow such a GPU,
@@ -561,7 +569,7 @@ class Board:
         the rules of arrays (:func:`~.capacity.rows_refused_free`); of the others, from
         :meth:`_refusal`."""
         free = np.zeros(len(ids), dtype=np.int64)
-        rows = self._dev_rows_of(ids)
+        rows = self._dev_table()[ids]
         arrayable = (rows[:, 1] == 1) & (gpu.kind is GpuKind.SHARE or gpu.kind is GpuKind.WHOLE)
         if arrayable.any():
             _, memory, compute = self._kind_shares(gpu, rows[arrayable, 0])
@@ -739,9 +747,12 @@ class Board:
             scored = iter([score_firsts(policy, demand, state, allocs) for state, allocs in candidates])
             return [next(scored) if got else got.reason for _, got in found]
         rows = self._devs[positions]
-        hosts = self._hosted(gpu, rows).hosts[rows].tolist()
+        hosts = self._hosted(gpu, rows).hosts[rows]
+        # the MPS and time-slicing states that host a share or whole GPUs take exactly what is asked
+        plain = gpu.kind is GpuKind.SHARE or gpu.kind is GpuKind.WHOLE
+        sharing = (hosts & (self._dev_table()[rows, 1] == 1) if plain else np.zeros_like(hosts)).tolist()
         nodes: list[tuple[NodeState, list[Allocation]]] = []
-        for i, row, hosting in zip(positions.tolist(), rows.tolist(), hosts, strict=True):
+        for i, row, hosting, asked in zip(positions.tolist(), rows.tolist(), hosts.tolist(), sharing, strict=True):
             state = self._state(i)
             node = state.node
             seen: set[int] = set()
@@ -749,8 +760,12 @@ class Board:
             for g, device_id in enumerate(row[: len(node.devices)]):
                 if hosting[g] and device_id not in seen:
                     seen.add(device_id)
-                    share = device_share(gpu, node, node.devices[g], state.usage[g])
-                    assert not isinstance(share, Refusal), share  # the device state hosts it
+                    if asked[g]:
+                        share = sharing_share(gpu, node.devices[g])
+                    else:
+                        answer = device_share(gpu, node, node.devices[g], state.usage[g])
+                        assert not isinstance(answer, Refusal), answer  # the device state hosts it
+                        share = answer
                     mine.append(Allocation(node.name, (share,), demand.cpu_milli, demand.memory_mib))
             nodes.append((state, mine))
         if prepare is not None:

@@ -161,6 +161,14 @@ def device_share(
     return DeviceShare(uuid, device.index, device.mode, found.memory_mib, found.compute_milli, found.mig)
 
 
+def sharing_share(gpu: GpuRequest, device: Device) -> DeviceShare:
+    """The share that ``gpu`` (a share or whole GPUs) takes of a healthy MPS or time-slicing GPU
+    that can host it: exactly what the pod asks, as :func:`device_share` answers there (a
+    caller that already knows the GPU hosts it skips the capacity question)."""
+    memory, compute = gpu.share_on(device)
+    return DeviceShare(device.uuid, device.index, device.mode, memory, compute)
+
+
 def hosts(gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage) -> bool:
     """Whether ``device`` can take one share of ``gpu`` (the selectors and the capacity model)."""
     return (
