@@ -165,3 +165,24 @@ def test_cost_after_a_pod_without_gpus_is_worked_out_in_full(used_cpu: int) -> N
         assert after == frag.frag(frag.profiles(state), cpu_after) + stranded
         assert before == frag.node_frag(state) + policy.stranding_weight * policy.stranded(gpu_free, state.cpu_free)
     assert len(levels) == 1 + sum(state.cpu_free >= c for c in (12_000, 20_000))  # the edges were crossed
+
+
+def test_costs_kept_for_a_placement_follow_a_new_estimate() -> None:
+    """The costs kept per placement (the score and the tiebreak ask one after the other) are
+    thrown away when the workload is estimated again: the same state and allocation, scored
+    after the policy has learned another mix, score as a fresh policy that learned it."""
+    half = Demand(4_000, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=500))
+    state = make_state(name="n", gpus=2, mode="mps", cpu_milli=96_000)
+    state = state.apply(
+        "a", fit(Demand(1_000, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=300)), state).allocations[0]
+    )
+    alloc = fit(Demand(1_000, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=400)), state).allocations[1]
+    learner, fresh = FgdCpu(FgdCpuOptions(PINNED_SHAPES)), FgdCpu(FgdCpuOptions(PINNED_SHAPES))
+    first = learner._costs(state, alloc)
+    for policy in (learner, fresh):
+        for _ in range(4):
+            policy.observe(half)  # the first estimate: every pod asks for half a GPU
+    assert learner.version == fresh.version == 1
+    again = learner._costs(state, alloc)
+    assert again == fresh._costs(state, alloc)
+    assert again != first  # the new mix prices the placement otherwise

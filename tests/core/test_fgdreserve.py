@@ -115,9 +115,15 @@ def test_stranding_stands_down_as_the_mix_asks_for_all_the_cpu() -> None:
     reserve.observe(Demand(15_000, 0))
     assert reserve.kappa(view) == pytest.approx(1.0)
     version = reserve.version
+    # a node with 500 milli-CPU left beside its two idle GPUs strands S = 2000 - 500 = 1500
+    squeezed = NodeState(states[0].node, states[0].usage, 31_500)
+    cpu_pod = fit(Demand(100, 0), squeezed).allocations[0]
+    kept = reserve._costs(squeezed, cpu_pod)
     reserve.adjust(whole(), np.array([50.0, 50.0]), view)
     assert reserve.stranding_weight == pytest.approx(2.0)
     assert reserve.version == version + 1  # cached scores of the old weight are not reused
+    # nor the costs kept for a placement: C before falls by (4 - 2) x 1500
+    assert reserve._costs(squeezed, cpu_pod)[0] == pytest.approx(kept[0] - 2.0 * 1500)
     # kappa 1.2 or more: no stranding at all; 0.9 or less: the full weight
     more = policy()
     more.observe(whole())

@@ -68,6 +68,7 @@ DEFAULT_STRANDING_WEIGHT = 4.0
 DEFAULT_BALANCE_WEIGHT = 75.0
 SCORE_SCALE_MILLI = 2000.0
 NOMINAL_GPU_MIB = 81920  # a memory-only share is read against an 80 GiB GPU
+_COSTS_KEPT = 4096  # placements whose costs are kept (see FgdCpu._costs_of)
 
 
 def nominal_milli(gpu: GpuRequest) -> int:
@@ -113,14 +114,17 @@ class FgdCpu:
         self.share_levels = np.zeros(GAP_LEVELS + 1, dtype=bool)  # the share sizes seen, in hundredths
         self.version = 0
         self._classes: np.ndarray | None = None
-        self._last: tuple[object, object, tuple[float, float]] = (None, None, (0.0, 0.0))
+        # C_before and C_after of the placements scored lately, by the allocation's id (with the
+        # state and allocation themselves, so an id cannot be another's): the score and the
+        # tiebreak of one placement ask one after the other, and a node's tied candidates again
+        self._costs_of: dict[int, tuple[NodeState, Allocation, tuple[float, float]]] = {}
         self._hosted: dict[tuple[object, ...], bool] = {}  # shared by every estimate's Fragmentation
         self._adopt(prior)
 
     def _adopt(self, workload: TypicalWorkload) -> None:
         self.fragmentation = Fragmentation(workload, self._hosted)
         self.ratio = gpu_per_cpu(workload)
-        self._last = (None, None, (0.0, 0.0))
+        self._costs_of.clear()
 
     def observe(self, demand: Demand) -> None:
         if demand.gpu.kind is GpuKind.SHARE:
@@ -138,10 +142,10 @@ class FgdCpu:
         return max(0.0, gpu_free - self.ratio * cpu_free)
 
     def _costs(self, state: NodeState, allocation: Allocation) -> tuple[float, float]:
-        """C_before and C_after of placing ``allocation`` (the last answer is kept: the score
-        and the tiebreak of one placement ask one after the other)."""
-        if self._last[0] is state and self._last[1] is allocation:
-            return self._last[2]
+        """C_before and C_after of placing ``allocation`` (kept a while: see ``_costs_of``)."""
+        kept = self._costs_of.get(id(allocation))
+        if kept is not None and kept[0] is state and kept[1] is allocation:
+            return kept[2]
         frag = self.fragmentation
         gpu_free = frag.free_share(state)
         frag_before = frag.node_frag(state)  # kept with the state: every candidate and shape asks it
@@ -153,10 +157,13 @@ class FgdCpu:
         else:
             frag_after = frag.frag_after(state, allocation)
         after = frag_after + self.stranding_weight * self.stranded(left, cpu_after)
-        self._last = (state, allocation, (before, after))
+        if len(self._costs_of) >= _COSTS_KEPT:
+            self._costs_of.clear()
+        self._costs_of[id(allocation)] = (state, allocation, (before, after))
         return before, after
 
     def prepare(self, demand: Demand, candidates: Sequence[tuple[NodeState, Allocation]]) -> None:
+        self._costs_of.clear()  # a new call: its candidates are new allocations
         self.fragmentation.warm(candidates)
 
     def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:

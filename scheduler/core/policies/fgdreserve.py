@@ -172,7 +172,7 @@ class FgdReserve(FgdCpu):
         if factor != self.cpu_factor:
             self.cpu_factor = factor
             self.stranding_weight = self.options.stranding_weight * factor
-            self._last = (None, None, (0.0, 0.0))
+            self._costs_of.clear()
             self.version += 1
 
     # ------------------------------------------------------------ reservation
