@@ -234,6 +234,7 @@ def tally(outcomes: Outcomes) -> Mapping[str, int]:
     failing = outcomes.reason[outcomes.status != Status.FITS]
     if not len(failing):
         return {}
-    counts = np.bincount(failing)
+    # the reasons met, not every text the board knows (reasons name numbers: it knows many)
+    ids, counts = np.unique(failing, return_counts=True)
     texts = outcomes.texts
-    return {texts[r]: int(n) for r, n in enumerate(counts.tolist()) if n}
+    return {texts[r]: n for r, n in zip(ids.tolist(), counts.tolist(), strict=True)}

@@ -55,12 +55,15 @@ class Metrics:
     def reject_counts(self, tally: Mapping[str, int]) -> None:
         """Count ``tally[reason]`` rejections for each reason."""
         classes = self._classes
+        per_class: dict[str, int] = {}  # reasons name numbers: many texts, few classes
         for reason, n in tally.items():
             label = classes.get(reason)
             if label is None:
                 if len(classes) > 10_000:
                     classes.clear()
                 label = classes[reason] = reason_class(reason)
+            per_class[label] = per_class.get(label, 0) + n
+        for label, n in per_class.items():
             self.rejections.labels(label).inc(n)
 
 
