@@ -27,7 +27,7 @@ messages with Go's ``fmt``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -207,12 +207,13 @@ def usage_row(node: Node, device: Device, usage: DeviceUsage) -> tuple[int, ...]
     )
 
 
-def rows_fit(rows: np.ndarray | tuple[int, ...], memory_mib: np.ndarray, compute_milli: np.ndarray) -> np.ndarray:
+def rows_fit(rows: np.ndarray | tuple[Any, ...], memory_mib: np.ndarray, compute_milli: np.ndarray) -> np.ndarray:
     """Per share (``memory_mib[i]``, ``compute_milli[i]``): whether it fits the GPU state of
     ``rows[i]`` (an array of :func:`usage_row` rows, one per share), or of ``rows`` (one row as
-    a tuple, for every share): :func:`refusal` and :func:`stray_refusal` both None, for many
-    at once. Only for rows whose first column is 1. ``tests/core/test_capacity.py`` holds the
-    two to the same answers."""
+    a tuple, for every share; or a tuple of columns that broadcast against the shares, such as
+    every state's column as ``(states, 1)`` for every state and share at once):
+    :func:`refusal` and :func:`stray_refusal` both None, for many at once. Only for rows whose
+    first column is 1. ``tests/core/test_capacity.py`` holds the two to the same answers."""
     columns = rows.T if isinstance(rows, np.ndarray) else rows
     _, total, memory_cap, compute_cap, limit, used_memory, used_compute, shares, whole, stray = columns
     m, c = memory_mib, compute_milli

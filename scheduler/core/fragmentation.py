@@ -338,9 +338,8 @@ class Fragmentation:
                 continue
             selected, memory, compute = arrays
             rows = np.array([usage_row(*pending[key]) for key in keys], dtype=np.int64)
-            count, shapes = len(rows), len(memory)
-            fits = rows_fit(np.repeat(rows, shapes, axis=0), np.tile(memory, count), np.tile(compute, count))
-            packed = np.packbits(fits.reshape(count, shapes) & selected, axis=1, bitorder="little")
+            fits = rows_fit(tuple(rows.T[:, :, None]), memory, compute)  # [state, shape]
+            packed = np.packbits(fits & selected, axis=1, bitorder="little")
             for key, row in zip(keys, packed, strict=True):
                 devices[key] = (free_milli(*pending[key]), int.from_bytes(row.tobytes(), "little"))
 

@@ -227,6 +227,9 @@ def test_shares_fit_answers_as_refusal_share_by_share(mode: str, oversub: int, s
     states = np.repeat(np.array(rows, dtype=np.int64), len(grid), axis=0)
     at_once = rows_fit(states, np.tile(memory, len(rows)), np.tile(compute, len(rows)))
     assert at_once.tolist() == answers
+    # every state against every share by broadcasting: one row of answers per state
+    grid_at_once = rows_fit(tuple(np.array(rows, dtype=np.int64).T[:, :, None]), memory, compute)
+    assert grid_at_once.shape == (len(rows), len(grid)) and grid_at_once.ravel().tolist() == answers
     # and where a share is refused, the free memory its refusal reports
     reported = rows_refused_free(states, np.tile(memory, len(rows)), np.tile(compute, len(rows)))
     refused = ~at_once
