@@ -219,6 +219,10 @@ class Fragmentation:
         shapes = workload.shapes
         self._gpu_shapes = [(1 << i, d.gpu) for i, (d, _) in enumerate(shapes) if d.gpu.kind is not GpuKind.NONE]
         self._multi = [(1 << i, d.gpu.count) for i, (d, _) in enumerate(shapes) if d.gpu.count > 1]
+        # the multi-GPU shapes as one mask per GPU count, for _too_few
+        self._multi_by_count: dict[int, int] = {}
+        for bit, count in self._multi:
+            self._multi_by_count[count] = self._multi_by_count.get(count, 0) | bit
         by_cpu = sorted((d.cpu_milli, 1 << i) for i, (d, _) in enumerate(shapes))
         self._cpu_levels = [c for c, _ in by_cpu]
         self._cpu_masks: list[int] = []
@@ -371,10 +375,10 @@ class Fragmentation:
         whose GPUs host ``bits`` (kept per tuple: GPUs in the same states give the same)."""
         found = self._short.get(bits)
         if found is None:
+            at_least = self._at_least(bits, max(self._multi_by_count))
             found = 0
-            for bit, count in self._multi:
-                if sum(1 for b in bits if b & bit) < count:
-                    found |= bit
+            for count, shapes in self._multi_by_count.items():
+                found |= shapes & ~at_least[count]
             if len(self._short) > _MEMO_LIMIT:
                 self._short.clear()
             self._short[bits] = found
@@ -414,13 +418,70 @@ class Fragmentation:
         return self.node_frag(state) - self.frag_after(state, alloc)
 
     def frag_after(self, state: NodeState, alloc: Allocation) -> float:
-        """F_n(M) once ``alloc`` is placed on ``state``."""
+        """F_n(M) once ``alloc`` is placed on ``state``.
+
+        A share of one GPU (nearly every candidate) changes one GPU's profile: the other GPUs'
+        terms of F are the state's own under the same feasible shapes (kept with it), and
+        which multi-GPU shapes too few GPUs can host follows from the state's counts and the
+        one GPU's change. The sum is the same sum, term by term in GPU order, as :meth:`frag`."""
         node = state.node
-        after = list(self.profiles(state))
-        for share in alloc.shares:
-            device = node.devices[share.index]
-            after[share.index] = self.device_profile(node, device, add_share(device, state.usage[share.index], share))
-        return self.frag(after, state.cpu_free - alloc.cpu_milli)
+        kept = self._kept(state)
+        cpu_after = state.cpu_free - alloc.cpu_milli
+        if len(alloc.shares) != 1:
+            after = list(kept.profiles)
+            for share in alloc.shares:
+                device = node.devices[share.index]
+                after[share.index] = self.device_profile(
+                    node, device, add_share(device, state.usage[share.index], share)
+                )
+            return self.frag(after, cpu_after)
+        share = alloc.shares[0]
+        g = share.index
+        device = node.devices[g]
+        free_g, bits_g = self.device_profile(node, device, add_share(device, state.usage[g], share))
+        level = self.cpu_level(cpu_after)
+        feasible = self._cpu_masks[level - 1] if level else 0
+        if self._multi:
+            feasible &= ~self._too_few_beside(kept, g, bits_g)
+        terms = kept.terms.get(feasible)
+        if terms is None:
+            terms = kept.terms[feasible] = [
+                free * (1.0 - self._p(bits & feasible)) if free else None for free, bits in kept.profiles
+            ]
+        total = 0.0
+        for k, term in enumerate(terms):
+            if k == g:
+                if free_g:
+                    total += free_g * (1.0 - self._p(bits_g & feasible))
+            elif term is not None:
+                total += term
+        return total
+
+    def _too_few_beside(self, kept: _Kept, g: int, bits_g: int) -> int:
+        """:meth:`_too_few` of the state's GPUs with GPU ``g`` hosting ``bits_g`` instead: a
+        shape the GPU no longer hosts is counted one GPU lower, one it now hosts one higher."""
+        at_least = kept.at_least
+        if at_least is None:
+            at_least = kept.at_least = self._at_least(tuple(b for _, b in kept.profiles), max(self._multi_by_count) + 1)
+        old = kept.profiles[g][1]
+        fewer, more = old & ~bits_g, bits_g & ~old
+        moved = fewer | more
+        found = 0
+        for count, shapes in self._multi_by_count.items():
+            hosted = (at_least[count] & ~moved) | (at_least[count + 1] & fewer) | (at_least[count - 1] & more)
+            found |= shapes & ~hosted
+        return found
+
+    @staticmethod
+    def _at_least(bits: tuple[int, ...], top: int) -> list[int]:
+        """``[k]``: the shapes that ``k`` GPUs or more of ``bits`` can host, for k = 0..top
+        (all shapes at once: each GPU moves a shape it can host from k - 1 GPUs to k)."""
+        at_least = [-1] + [0] * top  # every shape is hosted by 0 GPUs or more
+        for j, b in enumerate(bits):
+            for k in range(min(j + 1, top), 1, -1):  # after j + 1 GPUs, at most j + 1
+                at_least[k] |= at_least[k - 1] & b
+            at_least[1] |= b
+        return at_least
 
     def frag_rate_parts(self, state: NodeState) -> tuple[float, int]:
         """(fragmented milli-GPU, idle milli-GPU) of a node, for cluster-wide rates."""
@@ -431,10 +492,13 @@ class _Kept:
     """What :class:`Fragmentation` keeps of one node state: its profiles, and its F and free
     share once asked."""
 
-    __slots__ = ("frag", "free", "profiles", "state")
+    __slots__ = ("at_least", "frag", "free", "profiles", "state", "terms")
 
     def __init__(self, state: NodeState, profiles: list[tuple[int, int]]) -> None:
         self.state = state
         self.profiles = profiles
         self.frag: float | None = None
+        # per mask of feasible shapes, each GPU's term of F (None for a GPU with nothing free)
+        self.terms: dict[int, list[float | None]] = {}
+        self.at_least: list[int] | None = None  # see Fragmentation._at_least
         self.free: int | None = None

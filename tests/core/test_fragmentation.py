@@ -6,6 +6,8 @@ import csv
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduler.core import fragmentation as fragmentation_module
 from scheduler.core.capacity import add_share, device_key
@@ -208,3 +210,33 @@ def test_warming_gives_the_profiles_asked_one_by_one() -> None:
             device = state.node.devices[s.index]
             after = add_share(device, state.usage[s.index], s)
             assert warmed.device_profile(state.node, device, after) == fresh.device_profile(state.node, device, after)
+
+
+def _too_few_one_by_one(multi: list[tuple[int, int]], bits: tuple[int, ...]) -> int:
+    """The plain rule: a multi-GPU shape is out when fewer GPUs than it asks for can host it."""
+    found = 0
+    for bit, count in multi:
+        if sum(1 for b in bits if b & bit) < count:
+            found |= bit
+    return found
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from([1, 2, 3, 4, 8, 16]), min_size=1, max_size=12),
+    st.lists(st.integers(0, (1 << 13) - 1), min_size=1, max_size=16),
+)
+def test_too_few_gpus_is_the_plain_count(counts: list[int], bits: list[int]) -> None:
+    """The multi-GPU shapes a node has too few GPUs for, counted for all shapes at once, are
+    those counted shape by shape (GPUs as bit masks of the shapes each can host)."""
+    shapes = tuple(
+        (Demand(0, 0, GpuRequest(GpuKind.WHOLE, n) if n > 1 else GpuRequest(GpuKind.SHARE, 1, fraction_milli=250)), 1.0)
+        for n in counts
+    )
+    frag = Fragmentation(TypicalWorkload(shapes))
+    multi = [(1 << i, n) for i, n in enumerate(counts) if n > 1]
+    if not multi:
+        return
+    mask = (1 << len(counts)) - 1
+    node = tuple(b & mask for b in bits)
+    assert frag._too_few(node) == _too_few_one_by_one(multi, node)

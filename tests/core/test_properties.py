@@ -400,6 +400,36 @@ def small_shares() -> st.SearchStrategy[Demand]:
 @given(
     nodes(),
     st.lists(demands() | small_shares(), max_size=10),
+    st.lists(st.tuples(demands() | small_shares(), st.integers(0, 8_000)), min_size=1, max_size=10),
+    demands() | small_shares(),
+)
+def test_f_after_a_placement_is_the_full_sum(
+    node: Node, warmup: list[Demand], shapes: list[tuple[Demand, int]], demand: Demand
+) -> None:
+    """F after a placement, worked out from the state's kept terms and counts and the one GPU
+    that changes, is exactly (not nearly) F of the placed state's profiles summed afresh: for
+    every candidate, on states the workload's multi-GPU shapes cross (and asked twice)."""
+    state = NodeState.empty(node)
+    for k, d in enumerate(warmup):
+        found = fit(d, state)
+        if found:
+            state = state.apply(f"w{k}", found.allocations[-1])
+    typical = [(Demand(cpu, 0, d.gpu), 1.0 / len(shapes)) for d, cpu in shapes]
+    typical += [(Demand(0, 0, GpuRequest(GpuKind.WHOLE, n)), 0.1) for n in (2, 3)]
+    frag = Fragmentation(TypicalWorkload(tuple(typical)))
+    for alloc in fit(demand, state).allocations:
+        after = state.apply("p", alloc)
+        fresh = frag.frag(
+            [frag.device_profile(node, d, u) for d, u in zip(node.devices, after.usage, strict=True)], after.cpu_free
+        )
+        assert frag.frag_after(state, alloc) == fresh
+        assert frag.frag_after(state, alloc) == fresh
+
+
+@SETTINGS
+@given(
+    nodes(),
+    st.lists(demands() | small_shares(), max_size=10),
     st.lists(
         st.tuples(demands() | small_shares(), st.sampled_from([(), ("H100-80GB",), ("L4", "A30")])),
         min_size=1,
