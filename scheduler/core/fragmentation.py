@@ -236,6 +236,7 @@ class Fragmentation:
         self._shares: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._popularity: dict[int, float] = {}
         self._short: dict[tuple[int, ...], int] = {}  # see _too_few
+        self._counts: dict[tuple[int, ...], list[int]] = {}  # see _too_few_beside
         # The profiles of the node states asked about lately, with their F and free share once
         # asked: a node's candidates ask one after another, and every new request shape asks
         # every node again. Kept by the state's id with the state itself (so the id cannot be
@@ -364,6 +365,11 @@ class Fragmentation:
         feasible = self._cpu_masks[level - 1] if level else 0
         if self._multi:
             feasible &= ~self._too_few(tuple(b for _, b in profiles))
+        return self._sum(profiles, feasible)
+
+    def _sum(self, profiles: Sequence[tuple[int, int]], feasible: int) -> float:
+        """F of GPUs with ``profiles`` when the shapes of mask ``feasible`` are the ones the node
+        could take: each GPU's free share times the popularity of what it cannot host."""
         total = 0.0
         for free, bits in profiles:
             if free:
@@ -418,51 +424,36 @@ class Fragmentation:
         return self.node_frag(state) - self.frag_after(state, alloc)
 
     def frag_after(self, state: NodeState, alloc: Allocation) -> float:
-        """F_n(M) once ``alloc`` is placed on ``state``.
-
-        A share of one GPU (nearly every candidate) changes one GPU's profile: the other GPUs'
-        terms of F are the state's own under the same feasible shapes (kept with it), and
-        which multi-GPU shapes too few GPUs can host follows from the state's counts and the
-        one GPU's change. The sum is the same sum, term by term in GPU order, as :meth:`frag`."""
+        """F_n(M) once ``alloc`` is placed on ``state``. A share of one GPU (nearly every
+        candidate) changes one GPU: which multi-GPU shapes too few GPUs can host then follows
+        from the state's own counts and that GPU's change (:meth:`_too_few_beside`), not from
+        counting every GPU again for every such shape."""
         node = state.node
         kept = self._kept(state)
+        after = list(kept.profiles)
+        for share in alloc.shares:
+            device = node.devices[share.index]
+            after[share.index] = self.device_profile(node, device, add_share(device, state.usage[share.index], share))
         cpu_after = state.cpu_free - alloc.cpu_milli
-        if len(alloc.shares) != 1:
-            after = list(kept.profiles)
-            for share in alloc.shares:
-                device = node.devices[share.index]
-                after[share.index] = self.device_profile(
-                    node, device, add_share(device, state.usage[share.index], share)
-                )
+        if len(alloc.shares) != 1 or not self._multi:
             return self.frag(after, cpu_after)
-        share = alloc.shares[0]
-        g = share.index
-        device = node.devices[g]
-        free_g, bits_g = self.device_profile(node, device, add_share(device, state.usage[g], share))
+        g = alloc.shares[0].index
         level = self.cpu_level(cpu_after)
-        feasible = self._cpu_masks[level - 1] if level else 0
-        if self._multi:
-            feasible &= ~self._too_few_beside(kept, g, bits_g)
-        terms = kept.terms.get(feasible)
-        if terms is None:
-            terms = kept.terms[feasible] = [
-                free * (1.0 - self._p(bits & feasible)) if free else None for free, bits in kept.profiles
-            ]
-        total = 0.0
-        for k, term in enumerate(terms):
-            if k == g:
-                if free_g:
-                    total += free_g * (1.0 - self._p(bits_g & feasible))
-            elif term is not None:
-                total += term
-        return total
+        feasible = (self._cpu_masks[level - 1] if level else 0) & ~self._too_few_beside(kept, g, after[g][1])
+        return self._sum(after, feasible)
 
     def _too_few_beside(self, kept: _Kept, g: int, bits_g: int) -> int:
         """:meth:`_too_few` of the state's GPUs with GPU ``g`` hosting ``bits_g`` instead: a
         shape the GPU no longer hosts is counted one GPU lower, one it now hosts one higher."""
         at_least = kept.at_least
-        if at_least is None:
-            at_least = kept.at_least = self._at_least(tuple(b for _, b in kept.profiles), max(self._multi_by_count) + 1)
+        if at_least is None:  # kept per tuple too: GPUs in the same states count the same
+            bits = tuple([b for _, b in kept.profiles])
+            at_least = self._counts.get(bits)
+            if at_least is None:
+                if len(self._counts) > _MEMO_LIMIT:
+                    self._counts.clear()
+                at_least = self._counts[bits] = self._at_least(bits, max(self._multi_by_count) + 1)
+            kept.at_least = at_least
         old = kept.profiles[g][1]
         fewer, more = old & ~bits_g, bits_g & ~old
         moved = fewer | more
@@ -492,13 +483,11 @@ class _Kept:
     """What :class:`Fragmentation` keeps of one node state: its profiles, and its F and free
     share once asked."""
 
-    __slots__ = ("at_least", "frag", "free", "profiles", "state", "terms")
+    __slots__ = ("at_least", "frag", "free", "profiles", "state")
 
     def __init__(self, state: NodeState, profiles: list[tuple[int, int]]) -> None:
         self.state = state
         self.profiles = profiles
         self.frag: float | None = None
-        # per mask of feasible shapes, each GPU's term of F (None for a GPU with nothing free)
-        self.terms: dict[int, list[float | None]] = {}
         self.at_least: list[int] | None = None  # see Fragmentation._at_least
         self.free: int | None = None
