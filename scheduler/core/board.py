@@ -509,9 +509,7 @@ class Board:
         unknown = ~table.known[rows]
         if not unknown.any():
             return table
-        ids = np.unique(rows[unknown])
-        if gpu.kind is GpuKind.SHARE or gpu.kind is GpuKind.WHOLE:
-            ids = self._hosted_at_once(gpu, table, ids)
+        ids = self._hosted_at_once(gpu, table, np.unique(rows[unknown]))
         for device_id in ids.tolist():
             entry = self._dev_states[device_id]
             assert entry is not None
@@ -529,20 +527,29 @@ class Board:
         return table
 
     def _hosted_at_once(self, gpu: GpuRequest, table: _Hosting, ids: np.ndarray) -> np.ndarray:
-        """Work out ``table`` for the MPS and time-slicing states among ``ids`` (a share or
-        whole GPUs), every state at once by the capacity rules of arrays; the other ids are
-        returned, to be asked one by one."""
-        rows = self._dev_table()[ids]
-        arrayable = rows[:, 1] == 1
+        """Work out ``table`` for the states among ``ids`` that the capacity rules of arrays
+        answer (:meth:`_by_arrays`), every such state at once; the other ids are returned, to
+        be asked one by one."""
+        arrayable = self._by_arrays(gpu, ids)
         if not arrayable.any():
             return ids
-        chosen, rows = ids[arrayable], rows[arrayable]
+        chosen = ids[arrayable]
+        rows = self._dev_table()[chosen]
         allows, memory, compute = self._kind_shares(gpu, rows[:, 0])
         table.known[chosen] = True
         table.allowed[chosen] = allows
         table.hosts[chosen] = allows & rows_fit(rows[:, 1:], memory, compute)
         rest: np.ndarray = ids[~arrayable]
         return rest
+
+    def _by_arrays(self, gpu: GpuRequest, ids: np.ndarray) -> np.ndarray:
+        """Which of the device states ``ids`` (any shape) the capacity rules of arrays answer
+        for ``gpu`` (:func:`~.capacity.rows_fit`): healthy MPS and time-slicing GPUs, asked for
+        a share or whole GPUs."""
+        if gpu.kind is not GpuKind.SHARE and gpu.kind is not GpuKind.WHOLE:
+            return np.zeros(ids.shape, dtype=bool)
+        arrayable: np.ndarray = self._dev_table()[ids, 1] == 1
+        return arrayable
 
     def _dev_table(self) -> np.ndarray:
         """Every device state's row (its device kind, then :func:`~.capacity.usage_row`), by id."""
@@ -569,11 +576,11 @@ class Board:
         the rules of arrays (:func:`~.capacity.rows_refused_free`); of the others, from
         :meth:`_refusal`."""
         free = np.zeros(len(ids), dtype=np.int64)
-        rows = self._dev_table()[ids]
-        arrayable = (rows[:, 1] == 1) & (gpu.kind is GpuKind.SHARE or gpu.kind is GpuKind.WHOLE)
+        arrayable = self._by_arrays(gpu, ids)
         if arrayable.any():
-            _, memory, compute = self._kind_shares(gpu, rows[arrayable, 0])
-            free[arrayable] = rows_refused_free(rows[arrayable, 1:], memory, compute)
+            rows = self._dev_table()[ids[arrayable]]
+            _, memory, compute = self._kind_shares(gpu, rows[:, 0])
+            free[arrayable] = rows_refused_free(rows[:, 1:], memory, compute)
         for k in np.flatnonzero(~arrayable).tolist():
             free[k] = self._refusal(gpu, table, int(ids[k])).free_mib
         return free
@@ -748,9 +755,8 @@ class Board:
             return [next(scored) if got else got.reason for _, got in found]
         rows = self._devs[positions]
         hosts = self._hosted(gpu, rows).hosts[rows]
-        # the MPS and time-slicing states that host a share or whole GPUs take exactly what is asked
-        plain = gpu.kind is GpuKind.SHARE or gpu.kind is GpuKind.WHOLE
-        sharing = (hosts & (self._dev_table()[rows, 1] == 1) if plain else np.zeros_like(hosts)).tolist()
+        # the states the rules of arrays answer take exactly what is asked where they host it
+        sharing = (hosts & self._by_arrays(gpu, rows)).tolist()
         nodes: list[tuple[NodeState, list[Allocation]]] = []
         for i, row, hosting, asked in zip(positions.tolist(), rows.tolist(), hosts.tolist(), sharing, strict=True):
             state = self._state(i)
