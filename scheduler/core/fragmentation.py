@@ -219,7 +219,7 @@ class Fragmentation:
         shapes = workload.shapes
         self._gpu_shapes = [(1 << i, d.gpu) for i, (d, _) in enumerate(shapes) if d.gpu.kind is not GpuKind.NONE]
         self._multi = [(1 << i, d.gpu.count) for i, (d, _) in enumerate(shapes) if d.gpu.count > 1]
-        # the multi-GPU shapes as one mask per GPU count, for _too_few
+        # the multi-GPU shapes as one mask per GPU count (see _too_few)
         self._multi_by_count: dict[int, int] = {}
         for bit, count in self._multi:
             self._multi_by_count[count] = self._multi_by_count.get(count, 0) | bit
@@ -235,8 +235,7 @@ class Fragmentation:
         # Per device kind: each GPU shape's share of such a GPU as arrays, for shares_fit
         self._shares: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._popularity: dict[int, float] = {}
-        self._short: dict[tuple[int, ...], int] = {}  # see _too_few
-        self._counts: dict[tuple[int, ...], list[int]] = {}  # see _too_few_beside
+        self._counts: dict[tuple[int, ...], list[int]] = {}  # see _counts_of
         # The profiles of the node states asked about lately, with their F and free share once
         # asked: a node's candidates ask one after another, and every new request shape asks
         # every node again. Kept by the state's id with the state itself (so the id cannot be
@@ -378,17 +377,22 @@ class Fragmentation:
 
     def _too_few(self, bits: tuple[int, ...]) -> int:
         """The mask of multi-GPU shapes that fewer GPUs than they ask for can host, of a node
-        whose GPUs host ``bits`` (kept per tuple: GPUs in the same states give the same)."""
-        found = self._short.get(bits)
-        if found is None:
-            at_least = self._at_least(bits, max(self._multi_by_count))
-            found = 0
-            for count, shapes in self._multi_by_count.items():
-                found |= shapes & ~at_least[count]
-            if len(self._short) > _MEMO_LIMIT:
-                self._short.clear()
-            self._short[bits] = found
+        whose GPUs host ``bits``."""
+        at_least = self._counts_of(bits)
+        found = 0
+        for count, shapes in self._multi_by_count.items():
+            found |= shapes & ~at_least[count]
         return found
+
+    def _counts_of(self, bits: tuple[int, ...]) -> list[int]:
+        """:meth:`_at_least` of GPUs hosting ``bits``, up to one past the most GPUs a shape asks
+        for (kept per tuple: GPUs in the same states count the same)."""
+        at_least = self._counts.get(bits)
+        if at_least is None:
+            if len(self._counts) > _MEMO_LIMIT:
+                self._counts.clear()
+            at_least = self._counts[bits] = self._at_least(bits, max(self._multi_by_count) + 1)
+        return at_least
 
     def _kept(self, state: NodeState) -> _Kept:
         kept = self._by_state.get(id(state))
@@ -446,14 +450,8 @@ class Fragmentation:
         """:meth:`_too_few` of the state's GPUs with GPU ``g`` hosting ``bits_g`` instead: a
         shape the GPU no longer hosts is counted one GPU lower, one it now hosts one higher."""
         at_least = kept.at_least
-        if at_least is None:  # kept per tuple too: GPUs in the same states count the same
-            bits = tuple([b for _, b in kept.profiles])
-            at_least = self._counts.get(bits)
-            if at_least is None:
-                if len(self._counts) > _MEMO_LIMIT:
-                    self._counts.clear()
-                at_least = self._counts[bits] = self._at_least(bits, max(self._multi_by_count) + 1)
-            kept.at_least = at_least
+        if at_least is None:
+            at_least = kept.at_least = self._counts_of(tuple([b for _, b in kept.profiles]))
         old = kept.profiles[g][1]
         fewer, more = old & ~bits_g, bits_g & ~old
         moved = fewer | more
