@@ -33,7 +33,16 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from .allocation import Allocation
-from .capacity import GAP_LEVELS, DeviceUsage, Refusal, device_key, rows_fit, rows_refused_free, usage_row
+from .capacity import (
+    GAP_LEVELS,
+    DeviceUsage,
+    Refusal,
+    device_key,
+    rows_fit,
+    rows_refused_free,
+    share_milli,
+    usage_row,
+)
 from .fit import (
     counted_reason,
     device_share,
@@ -47,11 +56,12 @@ from .fit import (
 from .groups import Groups, device_group, node_group
 from .inventory import Device, Node
 from .policies.base import Policy, Reads, demand_key, reads, version
-from .request import Demand, GpuKind, GpuRequest
+from .request import MILLI, Demand, GpuKind, GpuRequest
 from .select import Placement, Scored, evaluate, finish, firsts, score_firsts
 from .state import NodeState
 
 UNKNOWN_NODE = "node unknown to gpuslice"
+_READS_PER_NODE = frozenset({Reads.GAPS, Reads.PODS})  # what score_took cannot answer (see Board._score_took)
 _DEV_COLUMNS = 11  # a device state's row: its device kind, then the ten of capacity.usage_row
 
 
@@ -134,12 +144,13 @@ class _Hosting:
     reason asked only for the states of nodes that must say why); worked out only for the
     device states of the nodes asked about."""
 
-    __slots__ = ("allowed", "hosts", "known", "refusals")
+    __slots__ = ("allowed", "hosts", "known", "refusals", "took")
 
     def __init__(self) -> None:
         self.known = np.ones(1, dtype=bool)  # id 0: no device
         self.allowed = np.zeros(1, dtype=bool)
         self.hosts = np.zeros(1, dtype=bool)
+        self.took = np.zeros(1, dtype=np.int64)  # where it hosts: the milli-GPU its share takes
         self.refusals: dict[int, Refusal] = {}  # why, of the device states that refuse (as asked)
 
     def grow(self, size: int) -> None:
@@ -252,6 +263,8 @@ class Board:
         self._cpu_free = np.zeros(0, dtype=np.int64)
         self._memory_free = np.zeros(0, dtype=np.int64)
         self._room = np.zeros(0, dtype=np.int64)
+        self._gpu_free = np.zeros(0, dtype=np.int64)  # free share of the node's GPUs, milli-GPU
+        self._gpu_capacity = np.zeros(0, dtype=np.int64)  # milli-GPU of all its GPUs
         self._rank = np.zeros(0, dtype=np.float64)
         self._problem = np.zeros(0, dtype=np.int32)  # text id of why the node cannot be used (0: it can)
         self._kind = np.zeros(0, dtype=np.int64)  # node kind id (-1 for none)
@@ -385,6 +398,8 @@ class Board:
         self._cpu_free = more(self._cpu_free, 0)
         self._memory_free = more(self._memory_free, 0)
         self._room = more(self._room, 0)
+        self._gpu_free = more(self._gpu_free, 0)
+        self._gpu_capacity = more(self._gpu_capacity, 0)
         self._rank = more(self._rank, 0.0)
         self._problem = more(self._problem, 0)
         self._kind = more(self._kind, -1)
@@ -410,6 +425,7 @@ class Board:
             self._levels[i] = []
             self._dev_groups[i] = []
             self._cpu_free[i] = self._memory_free[i] = self._room[i] = 0
+            self._gpu_free[i] = self._gpu_capacity[i] = 0
             self._kind[i] = self._signature[i] = self._node_group[i] = -1
             self._devs[i] = 0
             return
@@ -427,6 +443,8 @@ class Board:
         self._cpu_free[i] = state.cpu_free
         self._memory_free[i] = state.memory_free
         self._room[i] = state.node.max_pods - len(state.pods)
+        self._gpu_free[i] = state.free_total
+        self._gpu_capacity[i] = MILLI * len(state.node.devices)
         kind = self._kinds.of(state.node.kind)
         self._kind[i] = kind
         self._kind_nodes.setdefault(kind, state.node)
@@ -506,6 +524,7 @@ class Board:
             table.known = np.concatenate([table.known, np.zeros(extra, dtype=bool)])
             table.allowed = np.concatenate([table.allowed, np.zeros(extra, dtype=bool)])
             table.hosts = np.concatenate([table.hosts, np.zeros(extra, dtype=bool)])
+            table.took = np.concatenate([table.took, np.zeros(extra, dtype=np.int64)])
         unknown = ~table.known[rows]
         if not unknown.any():
             return table
@@ -524,6 +543,7 @@ class Board:
                 table.refusals[device_id] = result
             else:
                 table.hosts[device_id] = True
+                table.took[device_id] = share_milli(result)
         return table
 
     def _hosted_at_once(self, gpu: GpuRequest, table: _Hosting, ids: np.ndarray) -> np.ndarray:
@@ -539,6 +559,7 @@ class Board:
         table.known[chosen] = True
         table.allowed[chosen] = allows
         table.hosts[chosen] = allows & rows_fit(rows[:, 1:], memory, compute)
+        table.took[chosen] = np.minimum(MILLI, compute)  # the share is exactly what is asked
         rest: np.ndarray = ids[~arrayable]
         return rest
 
@@ -707,7 +728,10 @@ class Board:
 
     def _score(self, policy: Policy, demand: Demand, table: _ScoreTable, work: np.ndarray) -> None:
         """Score ``work`` (positions where the GPU request fits), once per node state: nodes
-        with one signature share the answer (unless the policy reads the pods themselves)."""
+        with one signature share the answer (unless the policy reads the pods themselves); or,
+        for a policy that scores by what a share takes (``score_took``), all at once."""
+        if self._score_took(policy, demand, table, work):
+            return
         if Reads.PODS in reads(policy):
             scored = self._score_nodes(policy, demand, work)
             at = work
@@ -734,6 +758,27 @@ class Board:
         else:
             table.scores[work], table.moves[:, work] = values[at], moves[:, at]
         table.reasons[work] = 0
+
+    def _score_took(self, policy: Policy, demand: Demand, table: _ScoreTable, work: np.ndarray) -> bool:
+        """Score ``work`` with the policy's ``score_took`` (see :mod:`.policies.base`) where it
+        applies: a request for one share of one GPU (or one whole GPU, or one MIG instance), a
+        policy that reads neither the gaps nor the pods. A node's score is then that of the
+        share that takes the most of its hosting GPUs (the score never falls as a share takes
+        more); what a share takes is known per device state (:class:`_Hosting`). False where
+        it does not apply."""
+        score_took = getattr(policy, "score_took", None)
+        gpu = demand.gpu
+        if score_took is None or gpu.kind is GpuKind.NONE or gpu.count > 1 or reads(policy) & _READS_PER_NODE:
+            return False
+        rows = self._devs[work]
+        hosting = self._hosted(gpu, rows)
+        took = np.where(hosting.hosts[rows], hosting.took[rows], -1).max(axis=1)
+        table.scores[work] = score_took(
+            demand, self._cpu_free[work], self._gpu_free[work], self._gpu_capacity[work], took
+        )
+        table.moves[:, work] = -1
+        table.reasons[work] = 0
+        return True
 
     def _score_nodes(self, policy: Policy, demand: Demand, positions: np.ndarray) -> list[Scored | str]:
         """:func:`~.select.score_node` of each of ``positions`` (where the GPU request fits).

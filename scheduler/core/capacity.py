@@ -375,6 +375,11 @@ def gap_level(free_share: int) -> int:
     return free_share * GAP_LEVELS // MILLI
 
 
+def share_milli(share: DeviceShare) -> int:
+    """GPU one share takes, in milli-GPU: its compute share of the GPU."""
+    return min(MILLI, share.compute_milli)
+
+
 def allocated_milli(alloc: Allocation) -> int:
-    """GPU an allocation takes, in milli-GPU (its compute share on each GPU)."""
-    return sum(min(MILLI, s.compute_milli) for s in alloc.shares)
+    """GPU an allocation takes, in milli-GPU (:func:`share_milli` summed over its GPUs)."""
+    return sum(map(share_milli, alloc.shares))

@@ -477,20 +477,10 @@ def test_the_boards_distinct_rows_are_numpys(rows: list[list[int]]) -> None:
     assert inverse.tolist() == want_inverse.reshape(-1).tolist()
 
 
-@given(
-    st.lists(st.tuples(nodes(), st.lists(st.integers(0, 3)), st.lists(st.integers(0, 3))), min_size=1, max_size=4),
-    st.lists(demands(), max_size=10),
-    st.lists(demands(), min_size=1, max_size=4),
-    st.integers(0, 30_000),
-)
-@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
-def test_the_boards_filter_answers_as_fit_node_by_node(
-    drawn: list[tuple[Node, list[int], list[int]]], warmup: list[Demand], asked: list[Demand], stray: int
-) -> None:
-    """The board asks whether a GPU state can take a share of every MPS and time-slicing state
-    at once (capacity.rows_fit) and of the others one by one: per node, its filter must say
-    what fit says (fits or not, and the same reason), on nodes with stray memory and
-    unhealthy GPUs among the rest, as pods come and go."""
+def _busy_states(drawn: list[tuple[Node, list[int], list[int]]], warmup: list[Demand], stray: int) -> list[NodeState]:
+    """Node ``k`` of ``drawn`` (named ``n{k}``), with ``stray`` MiB of stray memory on the GPUs
+    listed first and the GPUs listed second unhealthy, holding every other pod of ``warmup``
+    that fits (the even ones on even nodes, the odd ones on odd nodes)."""
     states = []
     for k, (node, strays, sick) in enumerate(drawn):
         devices = tuple(
@@ -503,6 +493,29 @@ def test_the_boards_filter_answers_as_fit_node_by_node(
             if found and (j + k) % 2 == 0:
                 state = state.apply(f"p{j}", found.allocations[0])
         states.append(state)
+    return states
+
+
+BUSY_NODES = st.lists(
+    st.tuples(nodes(), st.lists(st.integers(0, 3)), st.lists(st.integers(0, 3))), min_size=1, max_size=4
+)
+
+
+@given(
+    BUSY_NODES,
+    st.lists(demands(), max_size=10),
+    st.lists(demands(), min_size=1, max_size=4),
+    st.integers(0, 30_000),
+)
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+def test_the_boards_filter_answers_as_fit_node_by_node(
+    drawn: list[tuple[Node, list[int], list[int]]], warmup: list[Demand], asked: list[Demand], stray: int
+) -> None:
+    """The board asks whether a GPU state can take a share of every MPS and time-slicing state
+    at once (capacity.rows_fit) and of the others one by one: per node, its filter must say
+    what fit says (fits or not, and the same reason), on nodes with stray memory and
+    unhealthy GPUs among the rest, as pods come and go."""
+    states = _busy_states(drawn, warmup, stray)
     board = Board(states)
     policy = make_policy("binpack")
     for demand in asked:
@@ -520,3 +533,41 @@ def test_the_boards_filter_answers_as_fit_node_by_node(
         if placed:
             states[0] = states[0].apply(f"q{len(states[0].pods)}", placed.allocations[0])
             board.put(states[0])
+
+
+class _OneByOne:
+    """A policy as given, without ``score_took``: the board asks it placement by placement."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.name = f"one-by-one-{inner.name}"  # type: ignore[attr-defined]
+        self.reads = getattr(inner, "reads", None) or frozenset({"cpu"})
+        for part in ("tiebreak", "normalize"):
+            if hasattr(inner, part):
+                setattr(self, part, getattr(inner, part))
+
+    def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
+        return self.inner.score(demand, state, allocation)  # type: ignore[attr-defined, no-any-return]
+
+
+@given(
+    BUSY_NODES,
+    st.lists(demands(), max_size=10),
+    st.lists(demands(), min_size=1, max_size=4),
+    st.integers(0, 30_000),
+    st.sampled_from(["binpack", "bestfit"]),
+)
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+def test_scores_by_what_a_share_takes_equal_scores_one_by_one(
+    drawn: list[tuple[Node, list[int], list[int]]], warmup: list[Demand], asked: list[Demand], stray: int, name: str
+) -> None:
+    """A policy's ``score_took`` (every node at once, by the share that takes the most of its
+    hosting GPUs) must give exactly the scores that asking it placement by placement gives,
+    on nodes in every sharing mode with pods on them, stray memory and unhealthy GPUs."""
+    states = _busy_states(drawn, warmup, stray)
+    policy = make_policy(name)
+    assert hasattr(policy, "score_took")
+    at_once, one_by_one = Board(states), Board(states)
+    for demand in asked:
+        expected = one_by_one.scores(_OneByOne(policy), demand)  # type: ignore[arg-type]
+        assert at_once.scores(policy, demand).tolist() == expected.tolist(), demand

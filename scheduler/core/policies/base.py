@@ -27,6 +27,14 @@ Optional parts, found by their presence (a policy defines only what it needs):
     Told, before the board scores them one by one, of the candidate placements of a call
     (pairs of node state and allocation), so that what they have in common can be worked out
     at once; it must not change any score.
+``score_took(demand, cpu_free, gpu_free, capacity, took) -> scores``
+    For a policy whose score of one share of one GPU (one whole GPU, one MIG instance) reads
+    only the node's free CPU, its GPUs' free share and capacity (milli-GPU) and the milli-GPU
+    the share takes, and never falls as the share takes more: :meth:`score` over arrays, one
+    entry per node, exactly (the same arithmetic). The board then scores every node of such
+    a request at once, each by the share that takes the most of its hosting GPUs, instead of
+    asking ``score`` placement by placement; it does so only for a policy that reads neither
+    the gaps nor the pods.
 ``observe(demand)``
     Told of each pod once, at its first sight (online policies learn here), and
     ``version``, raised whenever what it learned changes its scores.

@@ -42,6 +42,15 @@ class BestFit:
         gpu_left = (state.free_milli() - allocated_milli(allocation)) / MAX_GPU_MILLI
         return float(math.floor(100 * (1 - (0.5 * cpu_left + 0.5 * gpu_left))))
 
+    def score_took(
+        self, demand: Demand, cpu_free: np.ndarray, gpu_free: np.ndarray, capacity: np.ndarray, took: np.ndarray
+    ) -> np.ndarray:
+        """:meth:`score` of placements that take ``took`` milli-GPU, the same arithmetic over arrays."""
+        cpu_left = (cpu_free - demand.cpu_milli) / MAX_CPU_MILLI
+        gpu_left = (gpu_free - took) / MAX_GPU_MILLI
+        scores: np.ndarray = np.floor(100 * (1 - (0.5 * cpu_left + 0.5 * gpu_left)))
+        return scores
+
     def normalize(self, scores: np.ndarray) -> np.ndarray:
         return min_max(scores)
 

@@ -7,6 +7,8 @@ least free share left on the GPUs it takes). Packing keeps other nodes whole for
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..allocation import Allocation
 from ..capacity import allocated_milli
 from ..request import MILLI, Demand
@@ -38,6 +40,14 @@ class Binpack:
 
     def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
         return float(int(utilisation_after(state, allocation)))
+
+    def score_took(
+        self, demand: Demand, cpu_free: np.ndarray, gpu_free: np.ndarray, capacity: np.ndarray, took: np.ndarray
+    ) -> np.ndarray:
+        """:meth:`score` of placements that take ``took`` milli-GPU, the same arithmetic over arrays."""
+        used = capacity - gpu_free + took
+        scores: np.ndarray = np.trunc(100.0 * np.minimum(capacity, used) / capacity)
+        return scores
 
 
 @register("binpack")
