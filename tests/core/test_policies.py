@@ -227,3 +227,19 @@ def test_nodes_that_could_not_host_the_pod_even_empty_are_not_asked_about_their_
     assert outcomes.status.tolist() == [Status.FITS, Status.FITS, Status.UNRESOLVABLE]
     assert outcomes.texts[outcomes.reason[2]].startswith("GPU 0 is exclusive")
     assert sorted(set(asked)) == ["mps", "ts"]
+
+
+@pytest.mark.parametrize("name", ["binpack", "bestfit"])
+def test_a_node_is_scored_by_the_share_that_takes_the_most(name: str) -> None:
+    # 10 GiB is an eighth of an A100-80GB's memory and more than two fifths of an L4's: the L4's
+    # share takes more of its GPU, so the node scores as that placement (what evaluate picks).
+    node = Node("mixed", 64_000, 512_000, (make_device(0, "A100-80GB", "mps"), make_device(1, "L4", "mps")))
+    state = NodeState.empty(node)
+    demand = Demand(1000, 0, GpuRequest(GpuKind.SHARE, 1, memory_mib=10 * 1024))
+    policy = make_policy(name)
+    placed = evaluate(policy, demand, state)
+    assert not isinstance(placed, str) and placed.allocation.shares[0].index == 1
+    on_the_a100 = fit(demand, state).allocations[0]
+    assert on_the_a100.shares[0].index == 0 and policy.score(demand, state, on_the_a100) < placed.score
+    # the board scores every node at once (score_took); one node normalises to its own score
+    assert Board([state]).scores(policy, demand).tolist() == [placed.score]
