@@ -473,7 +473,7 @@ class Board:
         width = len(self._group_ids)
         pairs = np.unique(kinds[has] * width + groups[has])  # each (kind, group) once
         kind_of, group_of = pairs // width, pairs % width
-        never = self._never_by_kind(demand, set(kind_of.tolist()))
+        never = self._never_by_kind(demand, kind_of)
         out = np.zeros(width, dtype=bool)
         out[group_of[never[kind_of] == 0]] = True
         return out
@@ -902,7 +902,7 @@ class Board:
         why the node cannot be used (0: it could fit)."""
         kinds = self._kind[positions]
         has = kinds >= 0
-        by_kind = self._never_by_kind(demand, set(kinds[has].tolist()))
+        by_kind = self._never_by_kind(demand, kinds[has])
         out = np.where(has, by_kind[np.where(has, kinds, 0)], 0).astype(np.int32)
         none = ~has
         if none.any():
@@ -910,9 +910,10 @@ class Board:
             out[none] = np.where(problems > 0, problems, self._text(UNKNOWN_NODE))
         return out
 
-    def _never_by_kind(self, demand: Demand, kinds: set[int]) -> np.ndarray:
+    def _never_by_kind(self, demand: Demand, kinds: np.ndarray) -> np.ndarray:
         """Per node kind, the text id of why ``demand`` could not fit a node of that kind even
-        empty (0: it could; -1: not worked out), worked out for ``kinds`` at least."""
+        empty (0: it could; -1: not worked out), worked out for ``kinds`` (node kind ids, any
+        number of times each) at least."""
         key = (demand.cpu_milli, demand.memory_mib, demand.gpu)
         by_kind = self._never.get(key)
         if by_kind is None or len(by_kind) < len(self._kinds):
@@ -924,10 +925,10 @@ class Board:
                 self._never.popitem(last=False)
         else:
             self._never.move_to_end(key)
-        for kind in kinds:
-            if by_kind[kind] < 0:
-                empty = fit(demand, self._empty_of(kind))
-                by_kind[kind] = 0 if empty else self._text(empty.reason)
+        missing = kinds[by_kind[kinds] < 0]  # usually none: a table is made once per demand
+        for kind in np.unique(missing).tolist() if len(missing) else ():
+            empty = fit(demand, self._empty_of(kind))
+            by_kind[kind] = 0 if empty else self._text(empty.reason)
         return by_kind
 
     def _empty_of(self, kind: int) -> NodeState:
