@@ -62,6 +62,7 @@ from .state import NodeState
 
 UNKNOWN_NODE = "node unknown to gpuslice"
 _READS_PER_NODE = frozenset({Reads.GAPS, Reads.PODS})  # what score_took cannot answer (see Board._score_took)
+_AT_ONCE_FROM = 256  # nodes from which a policy's score_nodes pays (arrays cost more than a few placements)
 _DEV_COLUMNS = 11  # a device state's row: its device kind, then the ten of capacity.usage_row
 
 
@@ -787,8 +788,9 @@ class Board:
         candidate per GPU that hosts it, and candidates on GPUs in one device state are
         equivalent (:func:`~.select.outcome`): so one candidate per distinct device state that
         hosts it, from the first GPU in that state, found from the board's device states
-        instead of asking every GPU again. A policy with ``prepare`` is told every candidate
-        first."""
+        instead of asking every GPU again. A policy with ``score_nodes`` scores them all at
+        once when there are many (``_AT_ONCE_FROM`` nodes or more); else one with ``prepare``
+        is told every candidate first."""
         gpu = demand.gpu
         prepare = getattr(policy, "prepare", None)
         if gpu.kind is GpuKind.NONE or gpu.count > 1:
@@ -819,6 +821,9 @@ class Board:
                         share = answer
                     mine.append(Allocation(node.name, (share,), demand.cpu_milli, demand.memory_mib))
             nodes.append((state, mine))
+        at_once = getattr(policy, "score_nodes", None)
+        if at_once is not None and len(nodes) >= _AT_ONCE_FROM:
+            return [Scored(score, move) for score, move in at_once(demand, nodes)]
         if prepare is not None:
             prepare(demand, [(state, alloc) for state, allocs in nodes for alloc in allocs])
         return [score_firsts(policy, demand, state, allocs) for state, allocs in nodes]

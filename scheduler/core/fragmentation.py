@@ -241,6 +241,10 @@ class Fragmentation:
         # every node again. Kept by the state's id with the state itself (so the id cannot be
         # another's while it is kept).
         self._by_state: dict[int, _Kept] = {}
+        # Each distinct mask of shapes a GPU hosts, numbered (for frags_after_one_share's arrays);
+        # numbered afresh, with a new numbering, when too many
+        self._bit_ids: dict[int, int] = {}
+        self._numbering = 0
 
     def device_profile(self, node: Node, device: Device, usage: DeviceUsage) -> tuple[int, int]:
         """(free milli-GPU, bit mask of the typical shapes one share of which fits)."""
@@ -307,10 +311,29 @@ class Fragmentation:
         so that scoring them one by one finds them known: a new request shape on a busy cluster
         leaves a new state on nearly every GPU it could take. The others are left to
         :meth:`device_profile`; the answers are its own."""
+        self._warm(placements, None)
+
+    def profiles_after(self, placements: Iterable[tuple[NodeState, Allocation]]) -> list[tuple[int, int]]:
+        """For placements of one share of one GPU each: :meth:`device_profile` of that GPU as
+        the placement leaves it, with :meth:`warm`'s work done on the way (each GPU state
+        after a placement is worked out once for both)."""
+        after: list[tuple[tuple[Any, ...], Node, Device, DeviceUsage]] = []
+        self._warm(placements, after)
+        devices = self._devices
+        return [devices.get(key) or self.device_profile(node, device, usage) for key, node, device, usage in after]
+
+    def _warm(
+        self,
+        placements: Iterable[tuple[NodeState, Allocation]],
+        after: list[tuple[tuple[Any, ...], Node, Device, DeviceUsage]] | None,
+    ) -> None:
+        """:meth:`warm`; with ``after`` given (a list to fill, placements of one share each),
+        also each placed GPU's key and state after it, whatever its mode."""
         devices = self._devices
         pending: dict[tuple[Any, ...], tuple[Node, Device, DeviceUsage]] = {}
         shared = (SharingMode.MPS, SharingMode.TIME_SLICING)
         seen: set[int] = set()
+        keep = after.append if after is not None else None
         for state, alloc in placements:
             node = state.node
             if id(state) not in seen and id(state) not in self._by_state:
@@ -322,11 +345,13 @@ class Fragmentation:
                             pending[key] = (node, device, usage)
             for share in alloc.shares:
                 device = node.devices[share.index]
-                if device.mode not in shared:
+                if device.mode not in shared and keep is None:
                     continue
                 usage = add_share(device, state.usage[share.index], share)
                 key = device_key(node, device, usage)
-                if key not in devices and key not in pending:
+                if keep is not None:
+                    keep((key, node, device, usage))
+                if device.mode in shared and key not in devices and key not in pending:
                     pending[key] = (node, device, usage)
         if len(pending) < 2:
             return  # one state is as quickly asked alone
@@ -446,6 +471,63 @@ class Fragmentation:
         feasible = (self._cpu_masks[level - 1] if level else 0) & ~self._too_few_beside(kept, g, after[g][1])
         return self._sum(after, feasible)
 
+    def frags_after_one_share(self, placements: Sequence[tuple[NodeState, int, tuple[int, int], int]]) -> np.ndarray:
+        """:meth:`frag_after` of many placements of one share of one GPU at once. Each
+        placement is given as its node state, the GPU ``g`` it shares, that GPU's profile once
+        it is placed (:meth:`device_profile` of the GPU's usage after it) and the node's free
+        milli-CPU after it. The same terms as :meth:`_sum`'s, summed GPU by GPU in the same
+        order (a GPU with nothing free adds an exact zero), so the values are equal, not
+        merely close: what is asked per placement is only which shapes stay feasible, and the
+        popularity of what each GPU cannot host is asked once per distinct (GPU profile,
+        feasible shapes) pair of the whole batch."""
+        count = len(placements)
+        if not count:
+            return np.zeros(0)
+        if len(self._bit_ids) > _MEMO_LIMIT:
+            self._bit_ids = {}
+            self._numbering += 1
+        bit_ids = self._bit_ids
+        feasible_ids: dict[int, int] = {}
+        frees: list[list[int]] = []
+        rows: list[list[int]] = []
+        feasible_of = np.empty(count, dtype=np.int64)
+        multi = bool(self._multi)
+        for c, (state, g, (free_g, bits_g), cpu_after) in enumerate(placements):
+            kept = self._kept(state)
+            if kept.bit_ids is None or kept.bit_ids[0] != self._numbering:
+                kept.bit_ids = (self._numbering, [bit_ids.setdefault(bits, len(bit_ids)) for _, bits in kept.profiles])
+            level = self.cpu_level(cpu_after)
+            feasible = self._cpu_masks[level - 1] if level else 0
+            if multi:
+                if bits_g == kept.profiles[g][1]:  # the GPU hosts what it hosted: the counts stand
+                    if kept.too_few is None:
+                        kept.too_few = self._too_few_beside(kept, g, bits_g)
+                    feasible &= ~kept.too_few
+                else:
+                    feasible &= ~self._too_few_beside(kept, g, bits_g)
+            feasible_of[c] = feasible_ids.setdefault(feasible, len(feasible_ids))
+            free_row = [free for free, _ in kept.profiles]
+            id_row = list(kept.bit_ids[1])
+            free_row[g], id_row[g] = free_g, bit_ids.setdefault(bits_g, len(bit_ids))
+            frees.append(free_row)
+            rows.append(id_row)
+        width = max(map(len, rows))
+        if any(len(row) != width for row in rows):  # nodes of fewer GPUs: nothing free beyond theirs
+            frees = [row + [0] * (width - len(row)) for row in frees]
+            rows = [row + [0] * (width - len(row)) for row in rows]
+        free = np.array(frees, dtype=np.int64)
+        pairs = np.array(rows, dtype=np.int64) * len(feasible_ids) + feasible_of[:, None]
+        unique, inverse = np.unique(pairs, return_inverse=True)
+        bits_by_id = list(bit_ids)  # in numbering order (dicts keep it)
+        masks_by_id = list(feasible_ids)
+        width_f = len(feasible_ids)
+        spare = np.array([1.0 - self._p(bits_by_id[k // width_f] & masks_by_id[k % width_f]) for k in unique.tolist()])
+        terms = free * spare[inverse.reshape(pairs.shape)]
+        total = np.zeros(count)
+        for j in range(width):
+            total = total + terms[:, j]
+        return total
+
     def _too_few_beside(self, kept: _Kept, g: int, bits_g: int) -> int:
         """:meth:`_too_few` of the state's GPUs with GPU ``g`` hosting ``bits_g`` instead: a
         shape the GPU no longer hosts is counted one GPU lower, one it now hosts one higher."""
@@ -481,7 +563,7 @@ class _Kept:
     """What :class:`Fragmentation` keeps of one node state: its profiles, and its F and free
     share once asked."""
 
-    __slots__ = ("at_least", "frag", "free", "profiles", "state")
+    __slots__ = ("at_least", "bit_ids", "frag", "free", "profiles", "state", "too_few")
 
     def __init__(self, state: NodeState, profiles: list[tuple[int, int]]) -> None:
         self.state = state
@@ -489,3 +571,5 @@ class _Kept:
         self.frag: float | None = None
         self.at_least: list[int] | None = None  # see Fragmentation._at_least
         self.free: int | None = None
+        self.too_few: int | None = None  # Fragmentation._too_few of the state's GPUs
+        self.bit_ids: tuple[int, list[int]] | None = None  # (numbering, each GPU's shapes' number)

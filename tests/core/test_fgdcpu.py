@@ -10,7 +10,7 @@ from scheduler.core.fit import fit
 from scheduler.core.fragmentation import OnlineWorkload, Shape, TypicalWorkload, workload_of
 from scheduler.core.policies.fgdcpu import FgdCpu, FgdCpuOptions, gpu_per_cpu
 from scheduler.core.request import Demand, GpuKind, GpuRequest
-from scheduler.core.select import rank
+from scheduler.core.select import firsts, rank, score_firsts
 from scheduler.core.state import NodeState
 from tests.builders import make_policy_for, make_state
 
@@ -186,3 +186,27 @@ def test_costs_kept_for_a_placement_follow_a_new_estimate() -> None:
     again = learner._costs(state, alloc)
     assert again == fresh._costs(state, alloc)
     assert again != first  # the new mix prices the placement otherwise
+
+
+def test_scores_at_once_take_the_tiebreak_among_equal_scores() -> None:
+    # Two MPS GPUs, one a tenth used, one three tenths; typical pods of a tenth (99%) and of
+    # three quarters (1%), which the second GPU cannot host. A tenth placed on either scores 50
+    # points, but on the second it leaves the lower cost (F 6 against 7 milli-GPU): the
+    # tiebreak picks it (gap move 70 -> 60), and score_nodes must pick what one by one picks.
+    state = make_state(name="n", gpus=2, mode="mps")
+    for k, (index, milli) in enumerate([(0, 100), (1, 300)]):
+        alloc = next(a for a in fit(share(milli), state).allocations if a.shares[0].index == index)
+        state = state.apply(f"p{k}", alloc)
+    policy = FgdCpu(FgdCpuOptions((Shape(99.0, gpu_fraction="0.1"), Shape(1.0, gpu_fraction="0.75")), learn=False))
+    demand = share(100)
+    allocs = firsts(state, fit(demand, state).allocations)
+    scores = [policy.score(demand, state, a) for a in allocs]
+    costs = [policy.tiebreak(demand, state, a) for a in allocs]
+    assert len(allocs) == 2 and scores[0] == scores[1] and costs[0] != costs[1]  # the case is a tie
+    expected = score_firsts(policy, demand, state, allocs)
+    assert policy.score_nodes(demand, [(state, allocs)]) == [(expected.score, expected.move)]
+    assert expected.move == (70, 60)
+
+
+def share(milli: int) -> Demand:
+    return Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=milli))

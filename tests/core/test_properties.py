@@ -14,12 +14,12 @@ from scheduler.core.capacity import Refusal, free
 from scheduler.core.catalog import CATALOG, ProfileSpec
 from scheduler.core.errors import RecordError
 from scheduler.core.fit import device_share, fit, hosts, sharing_share
-from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
+from scheduler.core.fragmentation import Fragmentation, Shape, TypicalWorkload
 from scheduler.core.inventory import MigInstance, Node, SharingMode
 from scheduler.core.mig import best_start, slot_of
-from scheduler.core.policies import REGISTRY, make_policy
+from scheduler.core.policies import REGISTRY, make_policy, options_of
 from scheduler.core.request import Demand, GpuKind, GpuRequest
-from scheduler.core.select import evaluate
+from scheduler.core.select import evaluate, firsts, score_firsts
 from scheduler.core.state import NodeState, rebuild
 from tests.builders import make_device
 
@@ -571,3 +571,57 @@ def test_scores_by_what_a_share_takes_equal_scores_one_by_one(
     for demand in asked:
         expected = one_by_one.scores(_OneByOne(policy), demand)  # type: ignore[arg-type]
         assert at_once.scores(policy, demand).tolist() == expected.tolist(), demand
+
+
+@given(
+    BUSY_NODES,
+    st.lists(demands() | small_shares(), max_size=10),
+    st.lists(st.tuples(demands() | small_shares(), st.integers(0, 8_000)), min_size=1, max_size=8),
+    st.lists(demands() | small_shares(), min_size=1, max_size=4),
+    st.sampled_from(["fgd-cpu", "fgd-reserve"]),
+    st.sampled_from([0.0, 4.0]),
+)
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+def test_scores_of_many_nodes_at_once_equal_scores_one_by_one(
+    drawn: list[tuple[Node, list[int], list[int]]],
+    warmup: list[Demand],
+    shapes: list[tuple[Demand, int]],
+    asked: list[Demand],
+    name: str,
+    stranding: float,
+) -> None:
+    """A policy's ``score_nodes`` (F after every candidate worked out at once, the costs over
+    arrays) must give exactly what scoring the candidates one by one gives, node by node: the
+    best score and the gap move of the candidate the tiebreak picks; on nodes in every sharing
+    mode with pods, stray memory and unhealthy GPUs, against workloads with multi-GPU shapes
+    and CPU requests (which the stranding term reads)."""
+    states = _busy_states(drawn, warmup, 0)
+    workload = tuple(Shape(weight=1.0, cpu=cpu, gpu_count=str(n)) for n in (2, 3) for cpu in (0, 8))
+    workload += tuple(shape for d, cpu in shapes if (shape := _shape_of(d, cpu)) is not None)
+    options = options_of(name)(workload=workload, stranding_weight=stranding, learn=False)
+    policy = make_policy(name, options)
+    for demand in asked:
+        single = demand.gpu.kind is not GpuKind.NONE and demand.gpu.count <= 1
+        if not single:
+            continue
+        nodes = []
+        for state in states:
+            found = fit(Demand(0, 0, demand.gpu), state)
+            if found:
+                nodes.append((state, firsts(state, found.allocations)))
+        expected = [score_firsts(policy, demand, state, allocs) for state, allocs in nodes]
+        got = policy.score_nodes(demand, nodes)  # type: ignore[attr-defined]
+        assert [(s.score, s.move) for s in expected] == got, demand
+
+
+def _shape_of(demand: Demand, cpu: int) -> Shape | None:
+    """A typical shape of one share like ``demand``'s (a fraction or a memory size), asking
+    ``cpu`` milli-CPU; None for other requests."""
+    gpu = demand.gpu
+    if gpu.kind is not GpuKind.SHARE:
+        return None
+    if gpu.fraction_milli:
+        return Shape(weight=1.0, cpu=f"{cpu}m", gpu_fraction=f"{gpu.fraction_milli / 1000:.3f}")
+    if gpu.memory_mib:
+        return Shape(weight=1.0, cpu=f"{cpu}m", gpu_memory=str(gpu.memory_mib))
+    return None

@@ -170,6 +170,47 @@ class FgdCpu:
         before, after = self._costs(state, allocation)
         return self._score(before - after)
 
+    def score_nodes(
+        self, demand: Demand, nodes: Sequence[tuple[NodeState, Sequence[Allocation]]]
+    ) -> list[tuple[float, tuple[int, int]]]:
+        """Per node, the best score of its candidates and the gap move of the one chosen, for
+        candidates that each place one share on one GPU: what scoring them one by one gives
+        (:meth:`score`, then the lowest :meth:`tiebreak` among the best, then the first), with
+        F after every placement worked out at once
+        (:meth:`~scheduler.core.fragmentation.Fragmentation.frags_after_one_share`) and the
+        costs over arrays in the same arithmetic."""
+        frag = self.fragmentation
+        profiles = iter(frag.profiles_after([(state, alloc) for state, allocs in nodes for alloc in allocs]))
+        placements: list[tuple[NodeState, int, tuple[int, int], int]] = []
+        before: list[float] = []
+        left: list[int] = []
+        for state, allocs in nodes:
+            gpu_free = frag.free_share(state)
+            cost = frag.node_frag(state) + self.stranding_weight * self.stranded(gpu_free, state.cpu_free)
+            for alloc in allocs:
+                placements.append((state, alloc.shares[0].index, next(profiles), state.cpu_free - alloc.cpu_milli))
+                before.append(cost)
+                left.append(gpu_free - allocated_milli(alloc))
+        cpu_after = np.array([cpu for *_, cpu in placements], dtype=np.int64)
+        stranded = np.maximum(0.0, np.array(left, dtype=np.int64) - self.ratio * cpu_after) if self.ratio else 0.0
+        after = frag.frags_after_one_share(placements) + self.stranding_weight * stranded
+        falls = (np.array(before) - after).tolist()
+        costs = after.tolist()
+        share_move = demand.gpu.kind is GpuKind.SHARE
+        out: list[tuple[float, tuple[int, int]]] = []
+        c = 0
+        for state, allocs in nodes:
+            scores = [self._score(fall) for fall in falls[c : c + len(allocs)]]
+            top = max(scores)
+            best = min((k for k, s in enumerate(scores) if s == top), key=lambda k: costs[c + k])
+            move = (-1, -1)
+            if share_move:
+                _, g, (free_after, _), _ = placements[c + best]
+                move = (gap_level(state.frees[g].milli), gap_level(free_after))
+            out.append((top, move))
+            c += len(allocs)
+        return out
+
     def tiebreak(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
         """Inside the node the lowest cost wins, not just the best rounded score."""
         return self._costs(state, allocation)[1]
