@@ -499,12 +499,7 @@ class Fragmentation:
             level = self.cpu_level(cpu_after)
             feasible = self._cpu_masks[level - 1] if level else 0
             if multi:
-                if bits_g == kept.profiles[g][1]:  # the GPU hosts what it hosted: the counts stand
-                    if kept.too_few is None:
-                        kept.too_few = self._too_few_beside(kept, g, bits_g)
-                    feasible &= ~kept.too_few
-                else:
-                    feasible &= ~self._too_few_beside(kept, g, bits_g)
+                feasible &= ~self._too_few_beside(kept, g, bits_g)
             feasible_of[c] = feasible_ids.setdefault(feasible, len(feasible_ids))
             free_row = [free for free, _ in kept.profiles]
             id_row = list(kept.bit_ids[1])
@@ -563,7 +558,7 @@ class _Kept:
     """What :class:`Fragmentation` keeps of one node state: its profiles, and its F and free
     share once asked."""
 
-    __slots__ = ("at_least", "bit_ids", "frag", "free", "profiles", "state", "too_few")
+    __slots__ = ("at_least", "bit_ids", "frag", "free", "profiles", "state")
 
     def __init__(self, state: NodeState, profiles: list[tuple[int, int]]) -> None:
         self.state = state
@@ -571,5 +566,4 @@ class _Kept:
         self.frag: float | None = None
         self.at_least: list[int] | None = None  # see Fragmentation._at_least
         self.free: int | None = None
-        self.too_few: int | None = None  # Fragmentation._too_few of the state's GPUs
         self.bit_ids: tuple[int, list[int]] | None = None  # (numbering, each GPU's shapes' number)
