@@ -39,6 +39,7 @@ from .capacity import (
     Refusal,
     device_key,
     rows_fit,
+    rows_refusals,
     rows_refused_free,
     share_milli,
     usage_row,
@@ -650,15 +651,34 @@ class Board:
         options = hosting.sum(axis=1) if gpu.count > 1 else np.zeros(len(positions), dtype=np.int64)
         keys = np.column_stack([self._kind[positions].astype(np.int64), options, best_id])
         unique, _, inverse = _unique_rows(keys)
+        self._refusals_at_once(gpu, table, np.unique(unique[:, 2]))
         texts = np.zeros(len(unique), dtype=np.int32)
+        by_kind: dict[int, str | None] = {}
         for u, (kind, count, device_id) in enumerate(unique.tolist()):
             refusal = self._refusal(gpu, table, device_id) if device_id else None
             why = None
             if refusal is not None or gpu.count <= 1:
-                why = kind_reason(gpu, self._kind_nodes[kind]) or refused_reason(refusal)
+                if kind not in by_kind:
+                    by_kind[kind] = kind_reason(gpu, self._kind_nodes[kind])
+                why = by_kind[kind] or refused_reason(refusal)
             texts[u] = self._text(counted_reason(gpu, count, why))
         reasons: np.ndarray = texts[inverse]
         return reasons
+
+    def _refusals_at_once(self, gpu: GpuRequest, table: _Hosting, ids: np.ndarray) -> None:
+        """Keep in ``table`` the refusals of the device states ``ids`` (allowed, not hosting
+        ``gpu``; 0: none) that the rules of arrays give (:func:`~.capacity.rows_refusals`:
+        compute or memory short on MPS and time-slicing GPUs), all at once; :meth:`_refusal`
+        asks the others one by one."""
+        ids = ids[ids > 0]
+        ids = ids[self._by_arrays(gpu, ids)]
+        if not len(ids):
+            return
+        rows = self._dev_table()[ids]
+        _, memory, compute = self._kind_shares(gpu, rows[:, 0])
+        for device_id, found in zip(ids.tolist(), rows_refusals(rows[:, 1:], memory, compute), strict=True):
+            if found is not None:
+                table.refusals.setdefault(device_id, found)
 
     def _text(self, text: str) -> int:
         found = self._text_ids.get(text)
@@ -884,19 +904,24 @@ class Board:
         """Why ``demand`` does not fit now on ``positions``, nodes it could fit empty (text ids)."""
         table = self._kept(self._reasons, (demand.cpu_milli, demand.memory_mib, demand.gpu), _ReasonTable)
         stale = positions[table.stamps[positions] != self._stamp[positions]]
-        gpu_side: list[int] = []
-        for i in stale.tolist():
+        # host_reason's questions over arrays: only the nodes whose room, CPU or memory fall
+        # short are asked for its text
+        host = (
+            (self._room[stale] <= 0)
+            | (self._cpu_free[stale] < demand.cpu_milli)
+            | (self._memory_free[stale] < demand.memory_mib)
+        )
+        for i in stale[host].tolist():
             state = self._states[i]
             assert state is not None  # nodes without a state are never resolvable
-            host = host_reason(demand, state)
-            if host is not None:
-                table.reasons[i] = self._text(host)
-            elif scored.reasons[i] >= 0:
-                table.reasons[i] = scored.reasons[i]
-            else:
-                gpu_side.append(i)
-        if gpu_side:
-            at = np.array(gpu_side, dtype=np.int64)
+            why = host_reason(demand, state)
+            assert why is not None, i  # the arrays agree with it
+            table.reasons[i] = self._text(why)
+        rest = stale[~host]
+        known = scored.reasons[rest] >= 0
+        table.reasons[rest[known]] = scored.reasons[rest[known]]
+        at = rest[~known]
+        if len(at):
             table.reasons[at] = scored.reasons[at] = self._gpu_reasons(demand.gpu, at)
         table.stamps[stale] = self._stamp[stale]
         reasons: np.ndarray = table.reasons[positions]

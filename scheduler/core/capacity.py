@@ -107,14 +107,29 @@ def stray_refusal(node: Node, device: Device, usage: DeviceUsage, share: DeviceS
     stray = device.stray_memory_mib
     if stray <= 0 or device.mode is SharingMode.MIG:
         return None
-    held = f"{stray} MiB held by processes no allocation record accounts for"
     if device.mode is SharingMode.EXCLUSIVE:
-        return Refusal(f"GPU {device.index} is not free: {held}", 0)
+        return Refusal(f"GPU {device.index} is not free: {_held(stray)}", 0)
     cap = device.memory_mib if device.mode is SharingMode.MPS else device.memory_mib * node.ts_memory_oversub_pct // 100
     left = max(0, cap - usage.memory_mib - stray)
     if share.memory_mib <= left:
         return None
-    return Refusal(f"needs {share.memory_mib} MiB on one GPU, free {left} MiB ({held})", left, share.memory_mib)
+    return _stray_short(share.memory_mib, left, stray)
+
+
+def _held(stray: int) -> str:
+    return f"{stray} MiB held by processes no allocation record accounts for"
+
+
+def _memory_short(need: int, left: int) -> Refusal:
+    return Refusal(f"needs {need} MiB on one GPU, free {left} MiB", left, need)
+
+
+def _stray_short(need: int, left: int, stray: int) -> Refusal:
+    return Refusal(f"needs {need} MiB on one GPU, free {left} MiB ({_held(stray)})", left, need)
+
+
+def _compute_short(need: int, left: int, free_mib: int) -> Refusal:
+    return Refusal(f"needs {percent(need)} compute on one GPU, free {percent(left)}", free_mib)
 
 
 def refusal(node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) -> Refusal | None:
@@ -125,8 +140,8 @@ def refusal(node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) 
     """
     free_mib = max(0, device.memory_mib - usage.memory_mib)
 
-    def no(text: str, need_mib: int | None = None, free: int = free_mib) -> Refusal:
-        return Refusal(text, free, need_mib)
+    def no(text: str, free: int = free_mib) -> Refusal:
+        return Refusal(text, free)
 
     if share.mode is not device.mode:
         return no(f"GPU {device.index} is in mode {device.mode}, not {share.mode}")
@@ -162,18 +177,14 @@ def refusal(node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) 
             return no(f"GPU {device.index} has reached its MPS client limit of {device.mps_client_limit}")
         cap = MILLI * node.mps_compute_oversub_pct // 100
         if usage.compute_milli + share.compute_milli > cap:
-            return no(
-                f"needs {percent(share.compute_milli)} compute on one GPU, "
-                f"free {percent(max(0, cap - usage.compute_milli))}"
-            )
+            return _compute_short(share.compute_milli, max(0, cap - usage.compute_milli), free_mib)
         mem_cap = device.memory_mib
     else:
         if usage.shares >= device.replicas:
             return no(f"GPU {device.index} has no free time-slicing replica (of {device.replicas})")
         mem_cap = device.memory_mib * node.ts_memory_oversub_pct // 100
     if usage.memory_mib + share.memory_mib > mem_cap:
-        left = max(0, mem_cap - usage.memory_mib)
-        return no(f"needs {share.memory_mib} MiB on one GPU, free {left} MiB", share.memory_mib, left)
+        return _memory_short(share.memory_mib, max(0, mem_cap - usage.memory_mib))
     return None
 
 
@@ -227,26 +238,66 @@ def rows_fit(rows: np.ndarray | tuple[Any, ...], memory_mib: np.ndarray, compute
     return fits
 
 
+# The rules of arrays a share refused by an MPS or time-slicing GPU breaks first, in the order
+# refusal then stray_refusal asks them (see rows_refused_rule).
+NO_SUCH_SHARE, NOT_FREE, NO_CLIENT, COMPUTE_SHORT, MEMORY_SHORT, STRAY_SHORT = range(6)
+
+
+def rows_refused_rule(rows: np.ndarray, memory_mib: np.ndarray, compute_milli: np.ndarray) -> np.ndarray:
+    """Per share that does not fit the GPU state of ``rows[i]`` (see :func:`rows_fit`): the
+    first rule it breaks, as :func:`refusal` then :func:`stray_refusal` ask them (no share of
+    this GPU at all, the GPU not free, no client or replica left, compute, memory past the
+    cap, memory past what stray processes leave). Meaningless where the share fits."""
+    _, total, memory_cap, compute_cap, limit, used_memory, used_compute, shares, whole, _stray = rows.T
+    m, c = memory_mib, compute_milli
+    rule: np.ndarray = np.select(
+        [
+            (m < 0) | (c < 0) | (m > total) | (c > MILLI),
+            (whole != 0) | ((shares != 0) & (m >= total) & (c >= MILLI)),
+            shares >= limit,
+            used_compute + c > compute_cap,
+            used_memory + m > memory_cap,
+        ],
+        [NO_SUCH_SHARE, NOT_FREE, NO_CLIENT, COMPUTE_SHORT, MEMORY_SHORT],
+        STRAY_SHORT,
+    )
+    return rule
+
+
 def rows_refused_free(rows: np.ndarray, memory_mib: np.ndarray, compute_milli: np.ndarray) -> np.ndarray:
     """Per share that does not fit the GPU state of ``rows[i]`` (see :func:`rows_fit`): the free
     memory (MiB) the :class:`Refusal` of :func:`refusal`, else of :func:`stray_refusal`, reports;
-    the first rule the share breaks decides which. Meaningless where the share fits. Held to
-    the two refusals pair by pair in ``tests/core/test_capacity.py``."""
-    _, total, memory_cap, compute_cap, limit, used_memory, used_compute, shares, whole, stray = rows.T
-    m, c = memory_mib, compute_milli
+    the first rule the share breaks (:func:`rows_refused_rule`) decides which. Meaningless
+    where the share fits. Held to the two refusals pair by pair in ``tests/core/test_capacity.py``."""
+    _, total, memory_cap, _, _, used_memory, _, _, _, stray = rows.T
     device_free = np.maximum(0, total - used_memory)
     room = memory_cap - used_memory
-    free: np.ndarray = np.select(
-        [
-            (m < 0) | (c < 0) | (m > total) | (c > MILLI),  # no share of this GPU at all
-            (whole != 0) | ((shares != 0) & (m >= total) & (c >= MILLI)),  # "is not free"
-            (shares >= limit) | (used_compute + c > compute_cap),  # clients, replicas, compute
-            used_memory + m > memory_cap,  # memory past the cap
-        ],
-        [device_free, 0, device_free, np.maximum(0, room)],
-        np.maximum(0, room - stray),  # memory past what stray processes leave
-    )
+    by_rule = [device_free, 0, device_free, device_free, np.maximum(0, room), np.maximum(0, room - stray)]
+    free: np.ndarray = np.choose(rows_refused_rule(rows, memory_mib, compute_milli), by_rule)
     return free
+
+
+def rows_refusals(rows: np.ndarray, memory_mib: np.ndarray, compute_milli: np.ndarray) -> list[Refusal | None]:
+    """Per share that does not fit the GPU state of ``rows[i]`` (see :func:`rows_fit`): the
+    :class:`Refusal` that :func:`refusal`, else :func:`stray_refusal`, gives, where the rule it
+    breaks names no GPU (compute or memory short: texts of numbers only); None where it breaks
+    another rule (ask :func:`refusal`). Held to the two refusals pair by pair in
+    ``tests/core/test_capacity.py``."""
+    _, total, memory_cap, compute_cap, _, used_memory, used_compute, _, _, stray = rows.T
+    rule = rows_refused_rule(rows, memory_mib, compute_milli)
+    device_free = np.maximum(0, total - used_memory).tolist()
+    room = (memory_cap - used_memory).tolist()
+    compute_left = np.maximum(0, compute_cap - used_compute).tolist()
+    out: list[Refusal | None] = [None] * len(rule)
+    columns = (rule.tolist(), memory_mib.tolist(), compute_milli.tolist(), stray.tolist())
+    for k, (r, m, c, s) in enumerate(zip(*columns, strict=True)):
+        if r == COMPUTE_SHORT:
+            out[k] = _compute_short(c, compute_left[k], device_free[k])
+        elif r == MEMORY_SHORT:
+            out[k] = _memory_short(m, max(0, room[k]))
+        elif r == STRAY_SHORT:
+            out[k] = _stray_short(m, max(0, room[k] - s), s)
+    return out
 
 
 def shares_fit(

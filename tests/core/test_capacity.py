@@ -9,11 +9,17 @@ import pytest
 
 from scheduler.core.allocation import Allocation, DeviceShare
 from scheduler.core.capacity import (
+    COMPUTE_SHORT,
+    MEMORY_SHORT,
+    STRAY_SHORT,
     DeviceUsage,
+    Refusal,
     free_milli,
     refusal,
     rows_fit,
+    rows_refusals,
     rows_refused_free,
+    rows_refused_rule,
     shares_fit,
     stray_refusal,
     usage_row,
@@ -206,6 +212,7 @@ def test_shares_fit_answers_as_refusal_share_by_share(mode: str, oversub: int, s
     rows: list[tuple[int, ...]] = []
     answers: list[bool] = []
     frees: list[int] = []
+    whys: list[Refusal | None] = []
     for used_memory in sizes:
         for used_compute in computes:
             for shares in range(5):
@@ -222,6 +229,7 @@ def test_shares_fit_answers_as_refusal_share_by_share(mode: str, oversub: int, s
                         checked += expected
                         answers.append(expected)
                         frees.append(-1 if why is None else why.free_mib)
+                        whys.append(why)
     assert checked  # some shares fit
     # every (state, share) pair at once: one row per pair
     states = np.repeat(np.array(rows, dtype=np.int64), len(grid), axis=0)
@@ -235,6 +243,13 @@ def test_shares_fit_answers_as_refusal_share_by_share(mode: str, oversub: int, s
     refused = ~at_once
     assert reported[refused].tolist() == np.array(frees)[refused].tolist()
     assert len(set(reported[refused].tolist())) > 3  # several rules, several amounts
+    # and the refusals themselves where the rule broken names no GPU (compute, memory)
+    given = rows_refusals(states, np.tile(memory, len(rows)), np.tile(compute, len(rows)))
+    answered = [k for k in np.flatnonzero(refused).tolist() if given[k] is not None]
+    assert all(given[k] == whys[k] for k in answered)
+    rules = rows_refused_rule(states, np.tile(memory, len(rows)), np.tile(compute, len(rows)))
+    answerable = {MEMORY_SHORT} | ({COMPUTE_SHORT} if mode == "mps" else set()) | ({STRAY_SHORT} if stray else set())
+    assert {int(rules[k]) for k in answered} == answerable  # every such rule met, and only those
 
 
 def test_shares_fit_leaves_other_modes_and_unhealthy_gpus_to_refusal() -> None:
