@@ -50,6 +50,9 @@ class _Share:
 
 # Per request, per device key: a request is looked up once per node, not once per GPU.
 _SHARES: dict[GpuRequest, dict[tuple[Any, ...], _Share | Refusal]] = {}
+# Per (device key, covering MIG profiles): a share of a MIG GPU, whatever size of request
+# those profiles cover.
+_COVERED: dict[tuple[tuple[Any, ...], str], _Share | Refusal] = {}
 
 
 def _mig_share(device: Device, usage: DeviceUsage, profiles: list[MigProfile], wanted: str) -> _Share | Refusal:
@@ -76,7 +79,11 @@ def _mig_share(device: Device, usage: DeviceUsage, profiles: list[MigProfile], w
     return Refusal(f"no free MIG slot for {wanted}", max(0, device.memory_mib - usage.memory_mib))
 
 
-def _work_out(gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage) -> _Share | Refusal:
+def _work_out(
+    gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage, key: tuple[Any, ...]
+) -> _Share | Refusal:
+    """The share ``gpu`` gets on ``device`` beside ``usage`` (``key``: the GPU's
+    :func:`~scheduler.core.capacity.device_key`), or why it cannot."""
     free_mib = max(0, device.memory_mib - usage.memory_mib)
     if device.mode is SharingMode.MIG:
         layout = device.model.mig
@@ -105,7 +112,15 @@ def _work_out(gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage) -
                 f"needs {memory} MiB and {percent(compute)} compute, larger than any MIG profile of GPU {device.index}",
                 free_mib,
             )
-        return _mig_share(device, usage, covering, "|".join(p.name for p in covering))
+        # what the covering profiles find on this GPU does not depend on the request beyond
+        # them: requests of other sizes with the same covering profiles share the answer
+        wanted = "|".join(p.name for p in covering)
+        kept = _COVERED.get((key, wanted))
+        if kept is None:
+            if len(_COVERED) > _TABLE_LIMIT:
+                _COVERED.clear()
+            kept = _COVERED[key, wanted] = _mig_share(device, usage, covering, wanted)
+        return kept
     if gpu.kind is GpuKind.MIG:
         return Refusal(f"GPU {device.index} is not in MIG mode", free_mib)
     memory, compute = gpu.share_on(device)
@@ -151,7 +166,7 @@ def device_share(
     key = device_key(node, device, usage)
     found = known.get(key)
     if found is None:
-        found = known[key] = _work_out(gpu, node, device, usage)
+        found = known[key] = _work_out(gpu, node, device, usage, key)
         _entries[0] += 1
     if isinstance(found, Refusal):
         return found
