@@ -114,12 +114,12 @@ def _work_out(
             )
         # what the covering profiles find on this GPU does not depend on the request beyond
         # them: requests of other sizes with the same covering profiles share the answer
-        wanted = "|".join(p.name for p in covering)
-        kept = _COVERED.get((key, wanted))
+        names = "|".join(p.name for p in covering)
+        kept = _COVERED.get((key, names))
         if kept is None:
             if len(_COVERED) > _TABLE_LIMIT:
                 _COVERED.clear()
-            kept = _COVERED[key, wanted] = _mig_share(device, usage, covering, wanted)
+            kept = _COVERED[key, names] = _mig_share(device, usage, covering, names)
         return kept
     if gpu.kind is GpuKind.MIG:
         return Refusal(f"GPU {device.index} is not in MIG mode", free_mib)
