@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy.ma  # noqa: F401  numpy imports it on the first np.unique: 40 ms of the first pod's filter
+
 from scheduler import logs
 from scheduler.backend import Backend
 from scheduler.core.errors import GpusliceError
