@@ -556,11 +556,10 @@ class Board:
         if not arrayable.any():
             return ids
         chosen = ids[arrayable]
-        rows = self._dev_table()[chosen]
-        allows, memory, compute = self._kind_shares(gpu, rows[:, 0])
+        rows, allows, memory, compute = self._state_shares(gpu, chosen)
         table.known[chosen] = True
         table.allowed[chosen] = allows
-        table.hosts[chosen] = allows & rows_fit(rows[:, 1:], memory, compute)
+        table.hosts[chosen] = allows & rows_fit(rows, memory, compute)
         table.took[chosen] = np.minimum(MILLI, compute)  # the share is exactly what is asked
         rest: np.ndarray = ids[~arrayable]
         return rest
@@ -581,17 +580,19 @@ class Board:
             self._dev_array = np.concatenate([self._dev_array, fresh])
         return self._dev_array
 
-    def _kind_shares(self, gpu: GpuRequest, kinds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per entry of ``kinds`` (device kinds): whether ``gpu``'s selectors allow such a GPU,
-        and the memory and compute of one share of ``gpu`` on it."""
-        unique, inverse = np.unique(kinds, return_inverse=True)
+    def _state_shares(self, gpu: GpuRequest, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """For the device states ``ids``: their :func:`~.capacity.usage_row` rows, and per state
+        whether ``gpu``'s selectors allow its GPU and the memory and compute of one share of
+        ``gpu`` on it (worked out once per device kind)."""
+        rows = self._dev_table()[ids]
+        unique, inverse = np.unique(rows[:, 0], return_inverse=True)
         allowed = np.zeros(len(unique), dtype=bool)
         shares = np.zeros((2, len(unique)), dtype=np.int64)
         for k, kind in enumerate(unique.tolist()):
             device = self._kind_devices[kind]
             allowed[k] = gpu.allows_model(device.model.name) and gpu.allows_mode(device.mode)
             shares[:, k] = gpu.share_on(device)
-        return allowed[inverse], shares[0, inverse], shares[1, inverse]
+        return rows[:, 1:], allowed[inverse], shares[0, inverse], shares[1, inverse]
 
     def _refused_free(self, gpu: GpuRequest, table: _Hosting, ids: np.ndarray) -> np.ndarray:
         """The free memory (MiB) that the refusals of the device states ``ids`` (allowed, not
@@ -601,9 +602,8 @@ class Board:
         free = np.zeros(len(ids), dtype=np.int64)
         arrayable = self._by_arrays(gpu, ids)
         if arrayable.any():
-            rows = self._dev_table()[ids[arrayable]]
-            _, memory, compute = self._kind_shares(gpu, rows[:, 0])
-            free[arrayable] = rows_refused_free(rows[:, 1:], memory, compute)
+            rows, _, memory, compute = self._state_shares(gpu, ids[arrayable])
+            free[arrayable] = rows_refused_free(rows, memory, compute)
         for k in np.flatnonzero(~arrayable).tolist():
             free[k] = self._refusal(gpu, table, int(ids[k])).free_mib
         return free
@@ -674,9 +674,8 @@ class Board:
         ids = ids[self._by_arrays(gpu, ids)]
         if not len(ids):
             return
-        rows = self._dev_table()[ids]
-        _, memory, compute = self._kind_shares(gpu, rows[:, 0])
-        for device_id, found in zip(ids.tolist(), rows_refusals(rows[:, 1:], memory, compute), strict=True):
+        rows, _, memory, compute = self._state_shares(gpu, ids)
+        for device_id, found in zip(ids.tolist(), rows_refusals(rows, memory, compute), strict=True):
             if found is not None:
                 table.refusals.setdefault(device_id, found)
 
