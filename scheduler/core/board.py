@@ -824,6 +824,7 @@ class Board:
         # the states the rules of arrays answer take exactly what is asked where they host it
         sharing = (hosts & self._by_arrays(gpu, rows)).tolist()
         nodes: list[tuple[NodeState, list[Allocation]]] = []
+        labels: list[int] = []  # each candidate's device state: equal ones place equal shares alike
         for i, row, hosting, asked in zip(positions.tolist(), rows.tolist(), hosts.tolist(), sharing, strict=True):
             state = self._state(i)
             node = state.node
@@ -839,10 +840,11 @@ class Board:
                         assert not isinstance(answer, Refusal), answer  # the device state hosts it
                         share = answer
                     mine.append(Allocation(node.name, (share,), demand.cpu_milli, demand.memory_mib))
+                    labels.append(device_id)
             nodes.append((state, mine))
         at_once = getattr(policy, "score_nodes", None)
         if at_once is not None and len(nodes) >= _AT_ONCE_FROM:
-            return [Scored(score, move) for score, move in at_once(demand, nodes)]
+            return [Scored(score, move) for score, move in at_once(demand, nodes, labels)]
         if prepare is not None:
             prepare(demand, [(state, alloc) for state, allocs in nodes for alloc in allocs])
         return [score_firsts(policy, demand, state, allocs) for state, allocs in nodes]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -313,28 +313,47 @@ class Fragmentation:
         :meth:`device_profile`; the answers are its own."""
         self._warm(placements, None)
 
-    def profiles_after(self, placements: Iterable[tuple[NodeState, Allocation]]) -> list[tuple[int, int]]:
+    def profiles_after(
+        self, placements: Sequence[tuple[NodeState, Allocation]], labels: Sequence[Hashable] | None = None
+    ) -> list[tuple[int, int]]:
         """For placements of one share of one GPU each: :meth:`device_profile` of that GPU as
         the placement leaves it, with :meth:`warm`'s work done on the way (each GPU state
-        after a placement is worked out once for both)."""
+        after a placement is worked out once for both). ``labels`` (one per placement), where
+        given, say which placements put equal shares on GPUs in equal states (equal labels:
+        equal :func:`~.capacity.device_key` and share): each such state after is worked out
+        once (on a busy cluster a few hundred for thousands of placements)."""
         after: list[tuple[tuple[Any, ...], Node, Device, DeviceUsage]] = []
-        self._warm(placements, after)
+        if labels is None:
+            self._warm(placements, after)
+        else:
+            first: dict[Hashable, int] = {}
+            picked = [first.setdefault(label, c) for c, label in enumerate(labels)]
+            self._warm(placements, after, list(first.values()))
+            at = {c: k for k, c in enumerate(first.values())}
+            after = [after[at[c]] for c in picked]
         devices = self._devices
-        return [devices.get(key) or self.device_profile(node, device, usage) for key, node, device, usage in after]
+        found: dict[tuple[Any, ...], tuple[int, int]] = {}
+        for key, node, device, usage in after:
+            if key not in found:
+                found[key] = devices.get(key) or self.device_profile(node, device, usage)
+        return [found[key] for key, *_ in after]
 
     def _warm(
         self,
-        placements: Iterable[tuple[NodeState, Allocation]],
+        placements: Sequence[tuple[NodeState, Allocation]] | Iterable[tuple[NodeState, Allocation]],
         after: list[tuple[tuple[Any, ...], Node, Device, DeviceUsage]] | None,
+        placed: Sequence[int] | None = None,
     ) -> None:
         """:meth:`warm`; with ``after`` given (a list to fill, placements of one share each),
-        also each placed GPU's key and state after it, whatever its mode."""
+        also each placed GPU's key and state after it, whatever its mode: of every placement,
+        or of those at the indices ``placed`` only (in that order)."""
         devices = self._devices
         pending: dict[tuple[Any, ...], tuple[Node, Device, DeviceUsage]] = {}
         shared = (SharingMode.MPS, SharingMode.TIME_SLICING)
         seen: set[int] = set()
         keep = after.append if after is not None else None
-        for state, alloc in placements:
+        asked = None if placed is None else set(placed)
+        for c, (state, alloc) in enumerate(placements):
             node = state.node
             if id(state) not in seen and id(state) not in self._by_state:
                 seen.add(id(state))
@@ -343,6 +362,8 @@ class Fragmentation:
                         key = device_key(node, device, usage)
                         if key not in devices and key not in pending:
                             pending[key] = (node, device, usage)
+            if asked is not None and c not in asked:
+                continue
             for share in alloc.shares:
                 device = node.devices[share.index]
                 if device.mode not in shared and keep is None:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from scheduler.core.allocation import Allocation, DeviceShare, MigSlot, decode_record, encode_record
 from scheduler.core.board import Board, Status, _unique_rows
-from scheduler.core.capacity import Refusal, free
+from scheduler.core.capacity import Refusal, device_key, free
 from scheduler.core.catalog import CATALOG, ProfileSpec
 from scheduler.core.errors import RecordError
 from scheduler.core.fit import device_share, fit, hosts, sharing_share
@@ -612,6 +612,15 @@ def test_scores_of_many_nodes_at_once_equal_scores_one_by_one(
         expected = [score_firsts(policy, demand, state, allocs) for state, allocs in nodes]
         got = policy.score_nodes(demand, nodes)  # type: ignore[attr-defined]
         assert [(s.score, s.move) for s in expected] == got, demand
+        # labelled as the board labels them (equal device state and share: equal label), the
+        # states after are worked out once per label and the answer stays the same
+        labels = [
+            (device_key(state.node, state.node.devices[a.shares[0].index], state.usage[a.shares[0].index]), a.shares[0])
+            for state, allocs in nodes
+            for a in allocs
+        ]
+        again = make_policy(name, options)
+        assert again.score_nodes(demand, nodes, labels) == got, demand  # type: ignore[attr-defined]
 
 
 def _shape_of(demand: Demand, cpu: int) -> Shape | None:

@@ -52,7 +52,7 @@ and whether to learn at all (off only to pin a workload, in a test).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -171,16 +171,20 @@ class FgdCpu:
         return self._score(before - after)
 
     def score_nodes(
-        self, demand: Demand, nodes: Sequence[tuple[NodeState, Sequence[Allocation]]]
+        self,
+        demand: Demand,
+        nodes: Sequence[tuple[NodeState, Sequence[Allocation]]],
+        labels: Sequence[Hashable] | None = None,
     ) -> list[tuple[float, tuple[int, int]]]:
         """Per node, the best score of its candidates and the gap move of the one chosen, for
         candidates that each place one share on one GPU: what scoring them one by one gives
         (:meth:`score`, then the lowest :meth:`tiebreak` among the best, then the first), with
         F after every placement worked out at once
         (:meth:`~scheduler.core.fragmentation.Fragmentation.frags_after_one_share`) and the
-        costs over arrays in the same arithmetic."""
+        costs over arrays in the same arithmetic. ``labels``: see
+        :meth:`~scheduler.core.fragmentation.Fragmentation.profiles_after`."""
         frag = self.fragmentation
-        profiles = iter(frag.profiles_after([(state, alloc) for state, allocs in nodes for alloc in allocs]))
+        profiles = iter(frag.profiles_after([(state, alloc) for state, allocs in nodes for alloc in allocs], labels))
         placements: list[tuple[NodeState, int, tuple[int, int], int]] = []
         before: list[float] = []
         left: list[int] = []
