@@ -825,7 +825,8 @@ class Board:
         sharing = (hosts & self._by_arrays(gpu, rows)).tolist()
         nodes: list[tuple[NodeState, list[Allocation]]] = []
         labels: list[int] = []  # each candidate's device state: equal ones place equal shares alike
-        for i, row, hosting, asked in zip(positions.tolist(), rows.tolist(), hosts.tolist(), sharing, strict=True):
+        rows_listed = rows.tolist()
+        for i, row, hosting, asked in zip(positions.tolist(), rows_listed, hosts.tolist(), sharing, strict=True):
             state = self._state(i)
             node = state.node
             seen: set[int] = set()
@@ -844,7 +845,7 @@ class Board:
             nodes.append((state, mine))
         at_once = getattr(policy, "score_nodes", None)
         if at_once is not None and len(nodes) >= _AT_ONCE_FROM:
-            return [Scored(score, move) for score, move in at_once(demand, nodes, labels)]
+            return [Scored(score, move) for score, move in at_once(demand, nodes, labels, rows_listed)]
         if prepare is not None:
             prepare(demand, [(state, alloc) for state, allocs in nodes for alloc in allocs])
         return [score_firsts(policy, demand, state, allocs) for state, allocs in nodes]

@@ -314,21 +314,27 @@ class Fragmentation:
         self._warm(placements, None)
 
     def profiles_after(
-        self, placements: Sequence[tuple[NodeState, Allocation]], labels: Sequence[Hashable] | None = None
+        self,
+        placements: Sequence[tuple[NodeState, Allocation]],
+        labels: Sequence[Hashable] | None = None,
+        gpu_labels: Sequence[Sequence[Hashable]] | None = None,
     ) -> list[tuple[int, int]]:
         """For placements of one share of one GPU each: :meth:`device_profile` of that GPU as
         the placement leaves it, with :meth:`warm`'s work done on the way (each GPU state
         after a placement is worked out once for both). ``labels`` (one per placement), where
         given, say which placements put equal shares on GPUs in equal states (equal labels:
         equal :func:`~.capacity.device_key` and share): each such state after is worked out
-        once (on a busy cluster a few hundred for thousands of placements)."""
+        once (on a busy cluster a few hundred for thousands of placements). ``gpu_labels``
+        (one row per placement: a label per GPU of its node, equal for GPUs in equal states)
+        do the same for the states before: the profiles of nodes not seen yet are kept, each
+        GPU state's asked once."""
         after: list[tuple[tuple[Any, ...], Node, Device, DeviceUsage]] = []
         if labels is None:
-            self._warm(placements, after)
+            self._warm(placements, after, gpu_labels=gpu_labels)
         else:
             first: dict[Hashable, int] = {}
             picked = [first.setdefault(label, c) for c, label in enumerate(labels)]
-            self._warm(placements, after, list(first.values()))
+            self._warm(placements, after, list(first.values()), gpu_labels)
             at = {c: k for k, c in enumerate(first.values())}
             after = [after[at[c]] for c in picked]
         devices = self._devices
@@ -343,25 +349,38 @@ class Fragmentation:
         placements: Sequence[tuple[NodeState, Allocation]] | Iterable[tuple[NodeState, Allocation]],
         after: list[tuple[tuple[Any, ...], Node, Device, DeviceUsage]] | None,
         placed: Sequence[int] | None = None,
+        gpu_labels: Sequence[Sequence[Hashable]] | None = None,
     ) -> None:
         """:meth:`warm`; with ``after`` given (a list to fill, placements of one share each),
         also each placed GPU's key and state after it, whatever its mode: of every placement,
-        or of those at the indices ``placed`` only (in that order)."""
+        or of those at the indices ``placed`` only (in that order). With ``gpu_labels`` (see
+        :meth:`profiles_after`), the profiles of the node states not kept yet are kept."""
         devices = self._devices
         pending: dict[tuple[Any, ...], tuple[Node, Device, DeviceUsage]] = {}
         shared = (SharingMode.MPS, SharingMode.TIME_SLICING)
         seen: set[int] = set()
         keep = after.append if after is not None else None
         asked = None if placed is None else set(placed)
+        key_of: dict[Hashable, tuple[Any, ...]] = {}  # per GPU label, its device key
+        fresh: list[tuple[NodeState, Sequence[Hashable]]] = []  # node states to keep, with their labels
         for c, (state, alloc) in enumerate(placements):
             node = state.node
             if id(state) not in seen and id(state) not in self._by_state:
                 seen.add(id(state))
-                for device, usage in zip(node.devices, state.usage, strict=True):
-                    if device.mode in shared:
-                        key = device_key(node, device, usage)
-                        if key not in devices and key not in pending:
-                            pending[key] = (node, device, usage)
+                if gpu_labels is not None:
+                    row = gpu_labels[c]
+                    fresh.append((state, row))
+                    for label, device, usage in zip(row, node.devices, state.usage, strict=False):
+                        if label not in key_of:
+                            key = key_of[label] = device_key(node, device, usage)
+                            if device.mode in shared and key not in devices and key not in pending:
+                                pending[key] = (node, device, usage)
+                else:
+                    for device, usage in zip(node.devices, state.usage, strict=True):
+                        if device.mode in shared:
+                            key = device_key(node, device, usage)
+                            if key not in devices and key not in pending:
+                                pending[key] = (node, device, usage)
             if asked is not None and c not in asked:
                 continue
             for share in alloc.shares:
@@ -374,8 +393,26 @@ class Fragmentation:
                     keep((key, node, device, usage))
                 if device.mode in shared and key not in devices and key not in pending:
                     pending[key] = (node, device, usage)
-        if len(pending) < 2:
-            return  # one state is as quickly asked alone
+        if len(pending) >= 2:  # one state is as quickly asked alone
+            self._profile_at_once(pending)
+        if fresh:
+            profile_of: dict[Hashable, tuple[int, int]] = {}
+            for state, row in fresh:
+                node = state.node
+                found = []
+                for label, device, usage in zip(row, node.devices, state.usage, strict=False):
+                    profile = profile_of.get(label)
+                    if profile is None:
+                        profile = profile_of[label] = devices.get(key_of[label]) or self.device_profile(
+                            node, device, usage
+                        )
+                    found.append(profile)
+                self._keep(state, found)
+
+    def _profile_at_once(self, pending: dict[tuple[Any, ...], tuple[Node, Device, DeviceUsage]]) -> None:
+        """:meth:`device_profile` of the MPS and time-slicing GPU states ``pending`` (by key),
+        every state of one device kind against every typical shape in one question of arrays."""
+        devices = self._devices
         if len(devices) + len(pending) > _MEMO_LIMIT:
             devices.clear()
         by_kind: dict[int, list[tuple[Any, ...]]] = {}
@@ -445,10 +482,14 @@ class Fragmentation:
         if kept is not None and kept.state is state:
             return kept
         node = state.node
-        found = [self.device_profile(node, d, u) for d, u in zip(node.devices, state.usage, strict=True)]
+        return self._keep(
+            state, [self.device_profile(node, d, u) for d, u in zip(node.devices, state.usage, strict=True)]
+        )
+
+    def _keep(self, state: NodeState, profiles: list[tuple[int, int]]) -> _Kept:
         if len(self._by_state) >= _STATES_KEPT:
             self._by_state.clear()
-        kept = self._by_state[id(state)] = _Kept(state, found)
+        kept = self._by_state[id(state)] = _Kept(state, profiles)
         return kept
 
     def profiles(self, state: NodeState) -> list[tuple[int, int]]:

@@ -621,6 +621,13 @@ def test_scores_of_many_nodes_at_once_equal_scores_one_by_one(
         ]
         again = make_policy(name, options)
         assert again.score_nodes(demand, nodes, labels) == got, demand  # type: ignore[attr-defined]
+        # and with each GPU of a node labelled by its state too, the states before as well
+        rows = [
+            [device_key(state.node, d, u) for d, u in zip(state.node.devices, state.usage, strict=True)]
+            for state, _ in nodes
+        ]
+        third = make_policy(name, options)
+        assert third.score_nodes(demand, nodes, labels, rows) == got, demand  # type: ignore[attr-defined]
 
 
 def _shape_of(demand: Demand, cpu: int) -> Shape | None:

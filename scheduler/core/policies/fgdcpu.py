@@ -175,16 +175,22 @@ class FgdCpu:
         demand: Demand,
         nodes: Sequence[tuple[NodeState, Sequence[Allocation]]],
         labels: Sequence[Hashable] | None = None,
+        gpu_labels: Sequence[Sequence[Hashable]] | None = None,
     ) -> list[tuple[float, tuple[int, int]]]:
         """Per node, the best score of its candidates and the gap move of the one chosen, for
         candidates that each place one share on one GPU: what scoring them one by one gives
         (:meth:`score`, then the lowest :meth:`tiebreak` among the best, then the first), with
         F after every placement worked out at once
         (:meth:`~scheduler.core.fragmentation.Fragmentation.frags_after_one_share`) and the
-        costs over arrays in the same arithmetic. ``labels``: see
+        costs over arrays in the same arithmetic. ``labels`` (per candidate) and ``gpu_labels``
+        (per node, a label per GPU): see
         :meth:`~scheduler.core.fragmentation.Fragmentation.profiles_after`."""
         frag = self.fragmentation
-        profiles = iter(frag.profiles_after([(state, alloc) for state, allocs in nodes for alloc in allocs], labels))
+        placed = [(state, alloc) for state, allocs in nodes for alloc in allocs]
+        rows = None
+        if gpu_labels is not None:
+            rows = [row for row, (_, allocs) in zip(gpu_labels, nodes, strict=True) for _ in allocs]
+        profiles = iter(frag.profiles_after(placed, labels, rows))
         placements: list[tuple[NodeState, int, tuple[int, int], int]] = []
         before: list[float] = []
         left: list[int] = []
