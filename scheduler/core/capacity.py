@@ -238,6 +238,16 @@ def rows_fit(rows: np.ndarray | tuple[Any, ...], memory_mib: np.ndarray, compute
     return fits
 
 
+def rows_free_milli(rows: np.ndarray, mps: bool) -> np.ndarray:
+    """:func:`free_milli` of healthy MPS (``mps``) or time-slicing GPU states, from their
+    :func:`usage_row` rows (one per state), in the same integer arithmetic."""
+    _, total, _, _, limit, used_memory, used_compute, shares, whole, stray = rows.T
+    memory_share = np.maximum(0, total - (used_memory + stray)) * MILLI // total
+    share = np.maximum(0, np.minimum(MILLI - used_compute, memory_share)) if mps else memory_share
+    free: np.ndarray = np.where((shares >= limit) | (whole != 0), 0, share)
+    return free
+
+
 # The rules of arrays a share refused by an MPS or time-slicing GPU breaks first, in the order
 # refusal then stray_refusal asks them (see rows_refused_rule).
 NO_SUCH_SHARE, NOT_FREE, NO_CLIENT, COMPUTE_SHORT, MEMORY_SHORT, STRAY_SHORT = range(6)

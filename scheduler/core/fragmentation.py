@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .allocation import Allocation
-from .capacity import DeviceUsage, add_share, device_key, free_milli, rows_fit, shares_fit, usage_row
+from .capacity import DeviceUsage, add_share, device_key, free_milli, rows_fit, rows_free_milli, shares_fit, usage_row
 from .errors import RequestError
 from .fit import hosts
 from .inventory import Device, Node, SharingMode
@@ -427,8 +427,9 @@ class Fragmentation:
             rows = np.array([usage_row(*pending[key]) for key in keys], dtype=np.int64)
             fits = rows_fit(tuple(rows.T[:, :, None]), memory, compute)  # [state, shape]
             packed = np.packbits(fits & selected, axis=1, bitorder="little")
-            for key, row in zip(keys, packed, strict=True):
-                devices[key] = (free_milli(*pending[key]), int.from_bytes(row.tobytes(), "little"))
+            frees = rows_free_milli(rows, device.mode is SharingMode.MPS).tolist()
+            for key, free, row in zip(keys, frees, packed, strict=True):
+                devices[key] = (free, int.from_bytes(row.tobytes(), "little"))
 
     def _p(self, mask: int) -> float:
         value = self._popularity.get(mask)

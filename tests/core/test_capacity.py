@@ -17,6 +17,7 @@ from scheduler.core.capacity import (
     free_milli,
     refusal,
     rows_fit,
+    rows_free_milli,
     rows_refusals,
     rows_refused_free,
     rows_refused_rule,
@@ -213,6 +214,7 @@ def test_shares_fit_answers_as_refusal_share_by_share(mode: str, oversub: int, s
     answers: list[bool] = []
     frees: list[int] = []
     whys: list[Refusal | None] = []
+    free_shares: list[int] = []
     for used_memory in sizes:
         for used_compute in computes:
             for shares in range(5):
@@ -221,6 +223,7 @@ def test_shares_fit_answers_as_refusal_share_by_share(mode: str, oversub: int, s
                     got = shares_fit(node, device, usage, memory, compute)
                     assert got is not None
                     rows.append(usage_row(node, device, usage))
+                    free_shares.append(free_milli(node, device, usage))
                     for k, (m, c) in enumerate(grid):
                         share = DeviceShare(device.uuid, 0, device.mode, m, c)
                         why = refusal(node, device, usage, share) or stray_refusal(node, device, usage, share)
@@ -231,6 +234,9 @@ def test_shares_fit_answers_as_refusal_share_by_share(mode: str, oversub: int, s
                         frees.append(-1 if why is None else why.free_mib)
                         whys.append(why)
     assert checked  # some shares fit
+    # each state's free share, all at once
+    assert rows_free_milli(np.array(rows, dtype=np.int64), mode == "mps").tolist() == free_shares
+    assert len(set(free_shares)) > (0 if stray >= total else 4)  # stray past the GPU leaves nothing free
     # every (state, share) pair at once: one row per pair
     states = np.repeat(np.array(rows, dtype=np.int64), len(grid), axis=0)
     at_once = rows_fit(states, np.tile(memory, len(rows)), np.tile(compute, len(rows)))
