@@ -551,30 +551,56 @@ class Fragmentation:
             self._numbering += 1
         bit_ids = self._bit_ids
         feasible_ids: dict[int, int] = {}
+        # each node's GPUs' free shares and profile ids once (rows of its kept profiles), and
+        # per placement only which node, which GPU and what that GPU becomes
+        row_of: dict[int, int] = {}
+        held: list[_Kept] = []  # the kept states of the rows: their ids stay theirs meanwhile
         frees: list[list[int]] = []
         rows: list[list[int]] = []
-        feasible_of = np.empty(count, dtype=np.int64)
+        at: list[int] = []
+        gpus: list[int] = []
+        free_after: list[int] = []
+        id_after: list[int] = []
+        # per (node's counts, GPU's bits before, after): the counts themselves kept with the answer
+        too_few: dict[tuple[int, int, int], tuple[list[int], int]] = {}
+        feasible_of: list[int] = []
         multi = bool(self._multi)
-        for c, (state, g, (free_g, bits_g), cpu_after) in enumerate(placements):
+        for state, g, (free_g, bits_g), cpu_after in placements:
             kept = self._kept(state)
-            if kept.bit_ids is None or kept.bit_ids[0] != self._numbering:
-                kept.bit_ids = (self._numbering, [bit_ids.setdefault(bits, len(bit_ids)) for _, bits in kept.profiles])
+            k = row_of.get(id(kept))
+            if k is None:
+                if kept.bit_ids is None or kept.bit_ids[0] != self._numbering:
+                    kept.bit_ids = (self._numbering, [bit_ids.setdefault(b, len(bit_ids)) for _, b in kept.profiles])
+                k = row_of[id(kept)] = len(rows)
+                held.append(kept)
+                frees.append([free for free, _ in kept.profiles])
+                rows.append(kept.bit_ids[1])
+            at.append(k)
+            gpus.append(g)
+            free_after.append(free_g)
+            id_after.append(bit_ids.setdefault(bits_g, len(bit_ids)))
             level = self.cpu_level(cpu_after)
             feasible = self._cpu_masks[level - 1] if level else 0
             if multi:
-                feasible &= ~self._too_few_beside(kept, g, bits_g)
-            feasible_of[c] = feasible_ids.setdefault(feasible, len(feasible_ids))
-            free_row = [free for free, _ in kept.profiles]
-            id_row = list(kept.bit_ids[1])
-            free_row[g], id_row[g] = free_g, bit_ids.setdefault(bits_g, len(bit_ids))
-            frees.append(free_row)
-            rows.append(id_row)
+                if kept.at_least is None:
+                    kept.at_least = self._counts_of(tuple([b for _, b in kept.profiles]))
+                key = (id(kept.at_least), kept.profiles[g][1], bits_g)
+                hit = too_few.get(key)
+                if hit is None or hit[0] is not kept.at_least:
+                    hit = too_few[key] = (kept.at_least, self._too_few_beside(kept, g, bits_g))
+                feasible &= ~hit[1]
+            feasible_of.append(feasible_ids.setdefault(feasible, len(feasible_ids)))
         width = max(map(len, rows))
         if any(len(row) != width for row in rows):  # nodes of fewer GPUs: nothing free beyond theirs
             frees = [row + [0] * (width - len(row)) for row in frees]
-            rows = [row + [0] * (width - len(row)) for row in rows]
-        free = np.array(frees, dtype=np.int64)
-        pairs = np.array(rows, dtype=np.int64) * len(feasible_ids) + feasible_of[:, None]
+            rows = [list(row) + [0] * (width - len(row)) for row in rows]
+        which = np.array(at, dtype=np.int64)
+        placed = (np.arange(count), np.array(gpus, dtype=np.int64))
+        free = np.array(frees, dtype=np.int64)[which]
+        free[placed] = free_after
+        ids = np.array(rows, dtype=np.int64)[which]
+        ids[placed] = id_after
+        pairs = ids * len(feasible_ids) + np.array(feasible_of, dtype=np.int64)[:, None]
         unique, inverse = np.unique(pairs, return_inverse=True)
         bits_by_id = list(bit_ids)  # in numbering order (dicts keep it)
         masks_by_id = list(feasible_ids)
