@@ -223,6 +223,7 @@ class Fragmentation:
         self._multi_by_count: dict[int, int] = {}
         for bit, count in self._multi:
             self._multi_by_count[count] = self._multi_by_count.get(count, 0) | bit
+        self._multi_mask = sum(bit for bit, _ in self._multi)  # every multi-GPU shape
         by_cpu = sorted((d.cpu_milli, 1 << i) for i, (d, _) in enumerate(shapes))
         self._cpu_levels = [c for c, _ in by_cpu]
         self._cpu_masks: list[int] = []
@@ -462,7 +463,10 @@ class Fragmentation:
     def _too_few(self, bits: tuple[int, ...]) -> int:
         """The mask of multi-GPU shapes that fewer GPUs than they ask for can host, of a node
         whose GPUs host ``bits``."""
-        at_least = self._counts_of(bits)
+        return self._too_few_of(self._counts_of(bits))
+
+    def _too_few_of(self, at_least: list[int]) -> int:
+        """:meth:`_too_few` of GPUs whose :meth:`_at_least` counts are ``at_least``."""
         found = 0
         for count, shapes in self._multi_by_count.items():
             found |= shapes & ~at_least[count]
@@ -621,6 +625,10 @@ class Fragmentation:
         old = kept.profiles[g][1]
         fewer, more = old & ~bits_g, bits_g & ~old
         moved = fewer | more
+        if not moved & self._multi_mask:  # no multi-GPU shape gains or loses a GPU: the node's own
+            if kept.too_few is None:
+                kept.too_few = self._too_few_of(at_least)
+            return kept.too_few
         found = 0
         for count, shapes in self._multi_by_count.items():
             hosted = (at_least[count] & ~moved) | (at_least[count + 1] & fewer) | (at_least[count - 1] & more)
@@ -647,12 +655,13 @@ class _Kept:
     """What :class:`Fragmentation` keeps of one node state: its profiles, and its F and free
     share once asked."""
 
-    __slots__ = ("at_least", "bit_ids", "frag", "free", "profiles", "state")
+    __slots__ = ("at_least", "bit_ids", "frag", "free", "profiles", "state", "too_few")
 
     def __init__(self, state: NodeState, profiles: list[tuple[int, int]]) -> None:
         self.state = state
         self.profiles = profiles
         self.frag: float | None = None
         self.at_least: list[int] | None = None  # see Fragmentation._at_least
+        self.too_few: int | None = None  # see Fragmentation._too_few
         self.free: int | None = None
         self.bit_ids: tuple[int, list[int]] | None = None  # (numbering, each GPU's shapes' number)
