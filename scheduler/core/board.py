@@ -63,9 +63,8 @@ from .state import NodeState
 
 UNKNOWN_NODE = "node unknown to gpuslice"
 _READS_PER_NODE = frozenset({Reads.GAPS, Reads.PODS})  # what score_took cannot answer (see Board._score_took)
-_AT_ONCE_FROM = (
-    32  # nodes from which a policy's score_nodes pays (fgd-reserve, new node states: 1.1x at 16, 0.8x at 32)
-)
+# nodes from which a policy's score_nodes pays (fgd-reserve on new node states: 1.1x at 16, 0.8x at 32)
+_AT_ONCE_FROM = 32
 _DEV_COLUMNS = 11  # a device state's row: its device kind, then the ten of capacity.usage_row
 
 

@@ -347,7 +347,7 @@ class Fragmentation:
 
     def _warm(
         self,
-        placements: Sequence[tuple[NodeState, Allocation]] | Iterable[tuple[NodeState, Allocation]],
+        placements: Iterable[tuple[NodeState, Allocation]],
         after: list[tuple[tuple[Any, ...], Node, Device, DeviceUsage]] | None,
         placed: Sequence[int] | None = None,
         gpu_labels: Sequence[Sequence[Hashable]] | None = None,
@@ -565,8 +565,6 @@ class Fragmentation:
         gpus: list[int] = []
         free_after: list[int] = []
         id_after: list[int] = []
-        # per (node's counts, GPU's bits before, after): the counts themselves kept with the answer
-        too_few: dict[tuple[int, int, int], tuple[list[int], int]] = {}
         feasible_of: list[int] = []
         multi = bool(self._multi)
         for state, g, (free_g, bits_g), cpu_after in placements:
@@ -586,13 +584,7 @@ class Fragmentation:
             level = self.cpu_level(cpu_after)
             feasible = self._cpu_masks[level - 1] if level else 0
             if multi:
-                if kept.at_least is None:
-                    kept.at_least = self._counts_of(tuple([b for _, b in kept.profiles]))
-                key = (id(kept.at_least), kept.profiles[g][1], bits_g)
-                hit = too_few.get(key)
-                if hit is None or hit[0] is not kept.at_least:
-                    hit = too_few[key] = (kept.at_least, self._too_few_beside(kept, g, bits_g))
-                feasible &= ~hit[1]
+                feasible &= ~self._too_few_beside(kept, g, bits_g)
             feasible_of.append(feasible_ids.setdefault(feasible, len(feasible_ids)))
         width = max(map(len, rows))
         if any(len(row) != width for row in rows):  # nodes of fewer GPUs: nothing free beyond theirs
