@@ -182,7 +182,7 @@ class ServeConfig(BaseModel):
     log_format: Literal["text", "json"] | None = None
     # After prioritize, the node ranked first is held for the pod this long (seconds) or until
     # its bind arrives: the pods kube-scheduler filters before that bind see the share taken.
-    hold_s: float = Field(2.0, ge=0, le=60, allow_inf_nan=False)
+    hold_s: float = Field(10.0, ge=0, le=60, allow_inf_nan=False)
     kube: KubeSettings = KubeSettings()
     # Where the extender verbs (filter, prioritize, bind, preempt) and /debug may be called from;
     # anyone else gets 403. The webhook, /metrics and the probes answer everyone.
