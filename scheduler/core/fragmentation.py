@@ -368,20 +368,20 @@ class Fragmentation:
             node = state.node
             if id(state) not in seen and id(state) not in self._by_state:
                 seen.add(id(state))
-                if gpu_labels is not None:
-                    row = gpu_labels[c]
-                    fresh.append((state, row))
-                    for label, device, usage in zip(row, node.devices, state.usage, strict=False):
-                        if label not in key_of:
-                            key = key_of[label] = device_key(node, device, usage)
-                            if device.mode in shared and key not in devices and key not in pending:
-                                pending[key] = (node, device, usage)
-                else:
-                    for device, usage in zip(node.devices, state.usage, strict=True):
-                        if device.mode in shared:
-                            key = device_key(node, device, usage)
-                            if key not in devices and key not in pending:
-                                pending[key] = (node, device, usage)
+                row = None if gpu_labels is None else gpu_labels[c]
+                if row is not None:
+                    fresh.append((state, row))  # every GPU's key is wanted then, to keep its profile
+                for g, (device, usage) in enumerate(zip(node.devices, state.usage, strict=True)):
+                    if row is None:
+                        if device.mode not in shared:
+                            continue
+                        key = device_key(node, device, usage)
+                    elif row[g] in key_of:
+                        continue
+                    else:
+                        key = key_of[row[g]] = device_key(node, device, usage)
+                    if device.mode in shared and key not in devices and key not in pending:
+                        pending[key] = (node, device, usage)
             if asked is not None and c not in asked:
                 continue
             for share in alloc.shares:
