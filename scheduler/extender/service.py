@@ -301,7 +301,10 @@ class Extender:
                     state.apply(key, mine.allocation)
                     placed = mine.allocation
             if placed is None:
-                found = evaluate(policy, request.demand, state)
+                # Under the lock: the policy's caches are shared with filter and prioritize, and
+                # through the Kubernetes backend this runs in a worker thread beside them.
+                with cache.lock:
+                    found = evaluate(policy, request.demand, state)
                 if isinstance(found, str):
                     return found
                 placed = found.allocation
@@ -331,7 +334,8 @@ class Extender:
         if pod is not None and args.uid and uid and uid != args.uid:
             return f"pod {key} has uid {uid}, not {args.uid}: it was replaced", args.uid
         if obj is not None:
-            return self.parse(obj), uid or args.uid
+            with self.cache.lock:  # parsing tells the policies of a pod seen for the first time
+                return self.parse(obj), uid or args.uid
         recent = self._recent.get(args.uid) if args.uid else None
         if recent is not None and recent.key == key:
             return recent, args.uid

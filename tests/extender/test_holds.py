@@ -4,12 +4,15 @@ the same share (without holds, 43% of binds failed under kube-scheduler's asynch
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
-from scheduler.extender import wire
+from scheduler.core import select
+from scheduler.extender import service, wire
 from scheduler.extender.config import load_config
 from scheduler.extender.service import Extender
 from scheduler.filebackend import FileBackend
@@ -101,3 +104,25 @@ def test_holds_can_be_turned_off(tmp_path: Path) -> None:
     extender, _ = served(tmp_path, a, b, hold_s=0)
     call(extender, "prioritize", filter_args(a, ["x", "y"]))
     assert passes(extender, b) == ["x", "y"]
+
+
+def test_a_bind_decides_under_the_cache_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the Kubernetes backend bind decides in a worker thread while filter and
+    prioritize run: the policy's caches they share are read under the cache's lock."""
+    a = k8s_pod("a", gpu_fraction="0.5")
+    extender, _ = served(tmp_path, a)
+    seen: list[bool] = []
+
+    def evaluate(*args: Any) -> Any:
+        taken: list[bool] = []
+        probe = threading.Thread(target=lambda: taken.append(extender.cache.lock.acquire(blocking=False)))
+        probe.start()
+        probe.join()
+        if taken[0]:
+            extender.cache.lock.release()
+        seen.append(not taken[0])  # another thread could not take the lock: this one holds it
+        return select.evaluate(*args)
+
+    monkeypatch.setattr(service, "evaluate", evaluate)
+    assert call(extender, "bind", binding(a, "y")) == ""  # no hold for a: the bind decides
+    assert seen == [True]
