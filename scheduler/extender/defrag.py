@@ -35,6 +35,7 @@ class Inputs:
     movers: list[Mover]
     workload: TypicalWorkload
     unreadable: list[str]  # pods skipped: their requests cannot be read
+    demands: list[Demand]  # of every GPU pod read (the workload's pods)
 
 
 def gather(cache: ClusterCache, prefix: str, namespaces: Collection[str]) -> Inputs:
@@ -64,7 +65,7 @@ def gather(cache: ClusterCache, prefix: str, namespaces: Collection[str]) -> Inp
         elif node and held.get(key) == node and request.namespace in opted and _recreated(obj):
             movers.append(Mover(key, request.demand, priority_of(obj)))
     workload = TypicalWorkload.from_demands(demands) if demands else DEFAULT_WORKLOAD
-    return Inputs(states, pending, movers, workload, unreadable)
+    return Inputs(states, pending, movers, workload, unreadable, demands)
 
 
 def _recreated(obj: Any) -> bool:
@@ -76,7 +77,15 @@ def _recreated(obj: Any) -> bool:
 def plan_cluster(
     cache: ClusterCache, prefix: str, policy: Policy, namespaces: Collection[str], options: PlanOptions
 ) -> tuple[Plan, Inputs]:
+    """The plan for the cache's cluster. ``policy`` must be the plan's own, made for it (not one
+    that is scheduling: planning asks it about clusters that are not the live one, and a policy
+    that follows the cluster from call to call would take them for it); it is told of every
+    GPU pod the cache holds, as a serving policy is of the pods it sees."""
     inputs = gather(cache, prefix, namespaces)
+    observe = getattr(policy, "observe", None)
+    if observe is not None:
+        for demand in inputs.demands:
+            observe(demand)
     found = plan(inputs.states, inputs.pending, inputs.movers, policy, Fragmentation(inputs.workload), options)
     return found, inputs
 

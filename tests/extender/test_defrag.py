@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from scheduler.cli import app
@@ -99,3 +100,28 @@ def test_a_pod_being_bound_is_not_pending(serve: Any) -> None:
     cache.reserve("train/small", "uid-train-small", found.allocations[0])  # a bind decided, the watch not yet in
     got = svc.http.get("/debug/defrag").json()
     assert got["pending"] == 1 and [m["admits"] for m in got["moves"]] == ["train/big"]
+
+
+def test_the_route_plans_with_a_policy_of_its_own(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planning asks the policy about clusters that are not the live one; fgd-reserve follows the
+    cluster's free GPU from call to call (its departures rule), so the serving policy must not
+    be the one asked."""
+    from scheduler.extender import defrag
+
+    svc = serve(*fragmented_cluster(), defrag={"namespaces": ["serve"]}, policy="fgd-reserve")
+    live = svc.extender.policy
+    asked: list[Any] = []
+
+    def plan(states: Any, pending: Any, movers: Any, policy: Any, *rest: Any) -> Any:
+        asked.append(policy)
+        return real_plan(states, pending, movers, policy, *rest)
+
+    real_plan = defrag.plan
+    monkeypatch.setattr(defrag, "plan", plan)
+    before = (live._free, live._taken, live._freed, live.balance_weight)
+    assert [m["admits"] for m in svc.http.get("/debug/defrag").json()["moves"]] == ["train/big"]
+    (policy,) = asked
+    assert policy is not live and policy.name == live.name
+    assert (live._free, live._taken, live._freed, live.balance_weight) == before
+    # it was told of the cluster's GPU pods, as the serving policy is of the pods it sees
+    assert policy._gpu_seen > 0
