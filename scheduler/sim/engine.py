@@ -185,7 +185,9 @@ def simulate(
     seeded_ranks = node_ranks(trace.nodes, rng)
     order = ranks if ranks is not None else seeded_ranks
     run = Replay(Board(initial_states(trace), order), measure, policy)
-    waiting = Defragmenter(defrag, run, order) if defrag is not None else None
+    waiting = None
+    if defrag is not None:  # the planner's policy is its own (see Defragmenter), told of the same arrivals
+        waiting = Defragmenter(defrag, run, order, build_policy(policy_name, seed, workload, policy_options))
     reference = trace.reference_memory_mib()
     arrived_total = 0
 
@@ -212,9 +214,10 @@ def simulate(
         else:
             demand = pod.demand
             arrived_total += request_milli(demand, reference)
-            observe = getattr(policy, "observe", None)
-            if observe is not None:
-                observe(demand)
+            for told in (policy,) if waiting is None else (policy, waiting.policy):
+                observe = getattr(told, "observe", None)
+                if observe is not None:
+                    observe(demand)
             node = run.place(pod)
             if node is None and waiting is not None:
                 waiting.hold(pod)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -95,6 +96,33 @@ def test_runs_repeat_exactly_and_the_options_are_checked() -> None:
         DefragSpec(60, -1)
     with pytest.raises(ValueError, match="simulated time"):
         simulate(scenario(FRAGMENTED), "binpack", 1, replay="arrivals", defrag=DefragSpec(60, 1))
+
+
+def test_the_planner_asks_a_policy_of_its_own_told_of_the_same_arrivals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planning asks the policy about clusters that are not the replay's; fgd-reserve follows the
+    cluster's free GPU from call to call (its departures rule), so the replay's own policy must
+    not be the one asked."""
+    from scheduler.sim import defrag, engine
+
+    built: list[Any] = []
+    asked: list[Any] = []
+
+    def build(*args: Any) -> Any:
+        built.append(real_build(*args))
+        return built[-1]
+
+    def plan(states: Any, pending: Any, movers: Any, policy: Any, *rest: Any) -> Any:
+        asked.append(policy)
+        return real_plan(states, pending, movers, policy, *rest)
+
+    real_build, real_plan = engine.build_policy, defrag.plan
+    monkeypatch.setattr(engine, "build_policy", build)
+    monkeypatch.setattr(defrag, "plan", plan)
+    moved = simulate(scenario(FRAGMENTED), "fgd-reserve", 1, defrag=DefragSpec(600, 1))
+    assert (moved.failed, moved.evictions) == (0, 1)
+    replay, planner = built
+    assert asked and all(policy is planner for policy in asked)
+    assert planner._gpu_seen == replay._gpu_seen > 0  # both were told of the four arrivals
 
 
 def test_the_command_runs_each_arm_and_writes_defrag_csv(tmp_path: Path) -> None:
