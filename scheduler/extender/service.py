@@ -110,11 +110,12 @@ class Extender:
         self._seen[seen] = None
         if len(self._seen) > _PARSE_CACHE:
             self._seen.popitem(last=False)
-        self.policy_for(request)  # a policy a pod names is in use from its first pod on
-        for policy in self._policies.values():
-            observe = getattr(policy, "observe", None)
-            if observe is not None:
-                observe(request.demand)
+        with self.cache.lock:  # the policies are shared with a bind deciding in a worker thread
+            self.policy_for(request)  # a policy a pod names is in use from its first pod on
+            for policy in self._policies.values():
+                observe = getattr(policy, "observe", None)
+                if observe is not None:
+                    observe(request.demand)
 
     def policy_for(self, request: PodRequest) -> Policy:
         """The pod's policy: the one it names (with the options configured for it), else the default."""
@@ -334,8 +335,7 @@ class Extender:
         if pod is not None and args.uid and uid and uid != args.uid:
             return f"pod {key} has uid {uid}, not {args.uid}: it was replaced", args.uid
         if obj is not None:
-            with self.cache.lock:  # parsing tells the policies of a pod seen for the first time
-                return self.parse(obj), uid or args.uid
+            return self.parse(obj), uid or args.uid
         recent = self._recent.get(args.uid) if args.uid else None
         if recent is not None and recent.key == key:
             return recent, args.uid

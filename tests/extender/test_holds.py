@@ -114,15 +114,31 @@ def test_a_bind_decides_under_the_cache_lock(tmp_path: Path, monkeypatch: pytest
     seen: list[bool] = []
 
     def evaluate(*args: Any) -> Any:
-        taken: list[bool] = []
-        probe = threading.Thread(target=lambda: taken.append(extender.cache.lock.acquire(blocking=False)))
-        probe.start()
-        probe.join()
-        if taken[0]:
-            extender.cache.lock.release()
-        seen.append(not taken[0])  # another thread could not take the lock: this one holds it
+        seen.append(held_here(extender.cache.lock))
         return select.evaluate(*args)
 
     monkeypatch.setattr(service, "evaluate", evaluate)
     assert call(extender, "bind", binding(a, "y")) == ""  # no hold for a: the bind decides
     assert seen == [True]
+
+
+def test_policies_are_told_of_new_pods_under_the_cache_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Being told of a pod changes a policy (fgd-reserve re-estimates its workload): never while
+    a bind decides with it in a worker thread."""
+    a = k8s_pod("a", gpu_fraction="0.5")
+    extender, _ = served(tmp_path, a)
+    seen: list[bool] = []
+    monkeypatch.setattr(extender.policy, "observe", lambda demand: seen.append(held_here(extender.cache.lock)), False)
+    passes(extender, a)
+    assert seen == [True]
+
+
+def held_here(lock: Any) -> bool:
+    """Whether the calling thread holds ``lock``: another thread cannot take it."""
+    taken: list[bool] = []
+    probe = threading.Thread(target=lambda: taken.append(lock.acquire(blocking=False)))
+    probe.start()
+    probe.join()
+    if taken[0]:
+        lock.release()
+    return not taken[0]
