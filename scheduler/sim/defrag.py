@@ -15,10 +15,13 @@ controllers would, keeping their departure times, and placed where the policy pu
 that fits nowhere waits like a pending pod, and if it still fits nowhere at the next run it is
 lost (``lost``, apart from the pods turned away). Every pod may move (the simulated workload
 stands for Deployments); the planner plans with the run's node ranks and an instance of the
-run's policy of its own, told of the same arrivals, so its predicted landings are where the replay
-places the pods. Its own, because planning asks the policy about clusters that are not the
-replay's, and a policy that follows the cluster from call to call (fgd-reserve's departures
-rule) would take them for it and place the replay's pods differently.
+run's policy of its own, told of the same arrivals. Its own, because planning asks the policy
+about clusters that are not the replay's, and a policy that follows the cluster from call to call
+(fgd-reserve's departures rule) would take them for it and place the replay's pods differently.
+Its predicted landings are where the replay places the pods for a policy that keeps nothing of
+the cluster between calls (binpack, FGD); fgd-reserve's instance follows the planning runs only,
+so its balance weight may differ from the replay's (seeds 1-4 of both timed scenarios, 4
+evictions a run: no evicted pod was lost).
 """
 
 from __future__ import annotations
