@@ -35,7 +35,7 @@ class Inputs:
     movers: list[Mover]
     workload: TypicalWorkload
     unreadable: list[str]  # pods skipped: their requests cannot be read
-    demands: list[Demand]  # of every GPU pod read (the workload's pods)
+    seen: list[Demand]  # of every pod read, CPU-only ones too (told to the plan's policy)
 
 
 def gather(cache: ClusterCache, prefix: str, namespaces: Collection[str]) -> Inputs:
@@ -48,6 +48,7 @@ def gather(cache: ClusterCache, prefix: str, namespaces: Collection[str]) -> Inp
     pending: list[Waiting] = []
     movers: list[Mover] = []
     demands: list[Demand] = []
+    seen: list[Demand] = []
     unreadable: list[str] = []
     for key, node, obj in sorted(pods, key=lambda p: p[0]):
         if has_ended(obj):
@@ -57,6 +58,7 @@ def gather(cache: ClusterCache, prefix: str, namespaces: Collection[str]) -> Inp
         except RequestError:
             unreadable.append(key)
             continue
+        seen.append(request.demand)
         if request.demand.gpu.kind is GpuKind.NONE:
             continue
         demands.append(request.demand)
@@ -65,7 +67,7 @@ def gather(cache: ClusterCache, prefix: str, namespaces: Collection[str]) -> Inp
         elif node and held.get(key) == node and request.namespace in opted and _recreated(obj):
             movers.append(Mover(key, request.demand, priority_of(obj)))
     workload = TypicalWorkload.from_demands(demands) if demands else DEFAULT_WORKLOAD
-    return Inputs(states, pending, movers, workload, unreadable, demands)
+    return Inputs(states, pending, movers, workload, unreadable, seen)
 
 
 def _recreated(obj: Any) -> bool:
@@ -79,12 +81,12 @@ def plan_cluster(
 ) -> tuple[Plan, Inputs]:
     """The plan for the cache's cluster. ``policy`` must be the plan's own, made for it (not one
     that is scheduling: planning asks it about clusters that are not the live one, and a policy
-    that follows the cluster from call to call would take them for it); it is told of every
-    GPU pod the cache holds, as a serving policy is of the pods it sees."""
+    that follows the cluster from call to call would take them for it); it is told of every pod
+    the cache holds, as a serving policy is of the pods it sees."""
     inputs = gather(cache, prefix, namespaces)
     observe = getattr(policy, "observe", None)
     if observe is not None:
-        for demand in inputs.demands:
+        for demand in inputs.seen:
             observe(demand)
     found = plan(inputs.states, inputs.pending, inputs.movers, policy, Fragmentation(inputs.workload), options)
     return found, inputs

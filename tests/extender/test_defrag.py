@@ -108,9 +108,18 @@ def test_the_route_plans_with_a_policy_of_its_own(serve: Any, monkeypatch: pytes
     be the one asked."""
     from scheduler.extender import defrag
 
-    svc = serve(*fragmented_cluster(), defrag={"namespaces": ["serve"]}, policy="fgd-reserve")
+    web = k8s_pod("web", namespace="serve", node="mig-node")  # no GPU: told too (CPU-bound rule)
+    svc = serve(*fragmented_cluster(), web, defrag={"namespaces": ["serve"]}, policy="fgd-reserve")
     live = svc.extender.policy
     asked: list[Any] = []
+    told: list[Any] = []
+    real_observe = type(live).observe
+
+    def observe(policy: Any, demand: Any) -> None:
+        told.append(demand)
+        real_observe(policy, demand)
+
+    monkeypatch.setattr(type(live), "observe", observe)
 
     def plan(states: Any, pending: Any, movers: Any, policy: Any, *rest: Any) -> Any:
         asked.append(policy)
@@ -123,5 +132,6 @@ def test_the_route_plans_with_a_policy_of_its_own(serve: Any, monkeypatch: pytes
     (policy,) = asked
     assert policy is not live and policy.name == live.name
     assert (live._free, live._taken, live._freed, live.balance_weight) == before
-    # it was told of the cluster's GPU pods, as the serving policy is of the pods it sees
-    assert policy._gpu_seen > 0
+    # it was told of the cluster's pods (the six 1g pods, the 3g waiting, web), as the serving
+    # policy is of the pods it sees
+    assert sorted(d.gpu.describe() for d in told) == sorted(["MIG 1g.10gb"] * 6 + ["MIG 3g.40gb", "no GPU"])
