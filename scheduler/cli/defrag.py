@@ -169,7 +169,7 @@ def defrag(
                 raise
             raise Unreachable(f"cannot reach the cluster: {exc}") from exc
     options = settings.options()
-    found, inputs = plan_cluster(cache, config.prefix, config.make_policy(), settings.namespaces, options)
+    found, inputs = plan_cluster(cache, config, settings.namespaces, options)
     if json_output:
         out = plan_json(found, inputs, settings.namespaces, options)
         if apply:

@@ -271,8 +271,7 @@ def defrag_plan(extender: Extender) -> dict[str, Any]:
     """``/debug/defrag``: the plan for the cluster as the service sees it, with its settings."""
     settings = extender.config.defrag
     options = settings.options()
-    policy = extender.config.make_policy()  # its own: the serving one follows the live cluster
-    found, inputs = plan_cluster(extender.cache, extender.config.prefix, policy, settings.namespaces, options)
+    found, inputs = plan_cluster(extender.cache, extender.config, settings.namespaces, options)
     return plan_json(found, inputs, settings.namespaces, options)
 
 

@@ -20,11 +20,11 @@ from scheduler.core.defrag import Mover, Plan, PlanOptions, Waiting, plan
 from scheduler.core.errors import RequestError
 from scheduler.core.fragmentation import DEFAULT_WORKLOAD, Fragmentation, TypicalWorkload
 from scheduler.core.pods import NODE_BOUND_OWNERS, controller_of, has_ended, priority_of
-from scheduler.core.policies import Policy
 from scheduler.core.request import Demand, GpuKind, parse_pod
 from scheduler.core.state import NodeState
 
 from .cache import ClusterCache
+from .config import ServeConfig
 from .debug import share_json
 
 
@@ -77,13 +77,15 @@ def _recreated(obj: Any) -> bool:
 
 
 def plan_cluster(
-    cache: ClusterCache, prefix: str, policy: Policy, namespaces: Collection[str], options: PlanOptions
+    cache: ClusterCache, config: ServeConfig, namespaces: Collection[str], options: PlanOptions
 ) -> tuple[Plan, Inputs]:
-    """The plan for the cache's cluster. ``policy`` must be the plan's own, made for it (not one
-    that is scheduling: planning asks it about clusters that are not the live one, and a policy
-    that follows the cluster from call to call would take them for it); it is told of every pod
-    the cache holds, as a serving policy is of the pods it sees."""
-    inputs = gather(cache, prefix, namespaces)
+    """The plan for the cache's cluster, with an instance of ``config``'s policy made for it and
+    told of every pod the cache holds, as a serving policy is of the pods it sees. Never the
+    serving instance: planning asks the policy about clusters that are not the live one, and a
+    policy that follows the cluster from call to call (fgd-reserve's departures rule) would take
+    them for it."""
+    inputs = gather(cache, config.prefix, namespaces)
+    policy = config.make_policy()
     observe = getattr(policy, "observe", None)
     if observe is not None:
         for demand in inputs.seen:
