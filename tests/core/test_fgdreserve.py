@@ -223,3 +223,17 @@ def test_the_balance_leaves_mig_gpus_out() -> None:
     reserve.observe(quarter())
     assert Board(states).scores(plain, quarter()).tolist() == [50.0, 0.0]
     assert Board(states).scores(reserve, quarter()).tolist() == [50.0, 25.0]
+
+
+def test_gpu_pods_seen_before_any_gpu_node_joins_are_classed_once_one_does() -> None:
+    # The service may see GPU pods while no GPU node has joined yet: with no GPU group to
+    # class them by, they wait (they were averaged over no group: NaN, and a warning), and once
+    # GPU nodes join they are classed as in the first test: T4 priced, L4 wins.
+    reserve = policy()
+    reserve.observe(whole(("T4",)))
+    reserve.observe(whole())
+    board = Board([make_state(name="cpu", gpus=0, cpu_milli=32_000)])
+    assert board.scores(reserve, whole()).tolist() == [-np.inf]
+    for state in cluster():
+        board.put(state)
+    assert board.scores(reserve, whole()).tolist() == pytest.approx([-np.inf, 1 / 52, 50.0])

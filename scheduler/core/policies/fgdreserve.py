@@ -260,8 +260,10 @@ class FgdReserve(FgdCpu):
         if demand.gpu.kind is GpuKind.NONE or not self.options.reserve_weight:
             return out
         groups = cluster.groups
+        if not len(groups.keys):  # no GPU node yet: the pods seen wait to be sorted into classes
+            return out
         self._learn_classes(groups)
-        if not self._volumes.size or not len(groups.keys):
+        if not self._volumes.size:
             return out
         known = self._seen_demands.get(demand)
         allowed = self._masks[known[0]] if known is not None else groups.allowed(demand)
