@@ -32,7 +32,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from .allocation import Allocation
+from .allocation import Allocation, DeviceShare
 from .capacity import (
     GAP_LEVELS,
     DeviceUsage,
@@ -54,6 +54,7 @@ from .fit import (
     refused_reason,
     sharing_share,
 )
+from .fragmentation import ShareCandidates
 from .groups import Groups, device_group, node_group
 from .inventory import Device, Node
 from .policies.base import Policy, Reads, demand_key, reads, version
@@ -822,12 +823,15 @@ class Board:
             return [next(scored) if got else got.reason for _, got in found]
         rows = self._devs[positions]
         hosts = self._hosted(gpu, rows).hosts[rows]
+        at_once = getattr(policy, "score_nodes", None)
+        if at_once is not None and len(positions) >= _AT_ONCE_FROM:
+            return [
+                Scored(score, move) for score, move in at_once(demand, self._candidates(gpu, positions, rows, hosts))
+            ]
         # the states the rules of arrays answer take exactly what is asked where they host it
         sharing = (hosts & self._by_arrays(gpu, rows)).tolist()
         nodes: list[tuple[NodeState, list[Allocation]]] = []
-        labels: list[int] = []  # each candidate's device state: equal ones place equal shares alike
-        rows_listed = rows.tolist()
-        for i, row, hosting, asked in zip(positions.tolist(), rows_listed, hosts.tolist(), sharing, strict=True):
+        for i, row, hosting, asked in zip(positions.tolist(), rows.tolist(), hosts.tolist(), sharing, strict=True):
             state = self._state(i)
             node = state.node
             seen: set[int] = set()
@@ -842,14 +846,38 @@ class Board:
                         assert not isinstance(answer, Refusal), answer  # the device state hosts it
                         share = answer
                     mine.append(Allocation(node.name, (share,), demand.cpu_milli, demand.memory_mib))
-                    labels.append(device_id)
             nodes.append((state, mine))
-        at_once = getattr(policy, "score_nodes", None)
-        if at_once is not None and len(nodes) >= _AT_ONCE_FROM:
-            return [Scored(score, move) for score, move in at_once(demand, nodes, labels, rows_listed)]
         if prepare is not None:
             prepare(demand, [(state, alloc) for state, allocs in nodes for alloc in allocs])
         return [score_firsts(policy, demand, state, allocs) for state, allocs in nodes]
+
+    def _candidates(
+        self, gpu: GpuRequest, positions: np.ndarray, rows: np.ndarray, hosts: np.ndarray
+    ) -> ShareCandidates:
+        """The candidates of one share of ``gpu`` on ``positions`` (whose device states are
+        ``rows``, hosting it where ``hosts``) as arrays: on each node the first GPU of each
+        device state that hosts it, labelled by device state, with the share placed on each
+        such state."""
+        states = [self._state(i) for i in positions.tolist()]
+        width = rows.shape[1]
+        counts = np.array([len(state.node.devices) for state in states], dtype=np.int64)
+        first = hosts & (np.arange(width) < counts[:, None])
+        for g in range(1, width):
+            first[:, g] &= (rows[:, :g] != rows[:, g : g + 1]).all(axis=1)
+        node, column = np.nonzero(first)
+        placed = np.unique(rows[node, column])
+        shares: dict[int, DeviceShare] = {}
+        for device_id, by_arrays in zip(placed.tolist(), self._by_arrays(gpu, placed).tolist(), strict=True):
+            entry = self._dev_states[device_id]
+            assert entry is not None
+            host, device, usage = entry
+            if by_arrays:  # the rules of arrays: exactly what is asked
+                shares[device_id] = sharing_share(gpu, device)
+            else:
+                answer = device_share(gpu, host, device, usage)
+                assert not isinstance(answer, Refusal), answer  # the device state hosts it
+                shares[device_id] = answer
+        return ShareCandidates(states, rows, node, column, shares)
 
     def _raw(self, policy: Policy, demand: Demand, positions: np.ndarray | None) -> tuple[np.ndarray, _ScoreTable]:
         """Raw scores per position (None: every position, in order, free ones never fitting),

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .allocation import Allocation
+from .allocation import Allocation, DeviceShare
 from .capacity import DeviceUsage, add_share, device_key, free_milli, rows_fit, rows_free_milli, shares_fit, usage_row
 from .errors import RequestError
 from .fit import hosts
@@ -207,6 +207,48 @@ DEFAULT_WORKLOAD = TypicalWorkload(
 )
 
 
+@dataclass(frozen=True, slots=True)
+class ShareCandidates:
+    """Placements of one share of one GPU each, over many nodes, as arrays: per node its state
+    and a label per GPU (equal labels: GPUs in equal device states, by
+    :func:`~.capacity.device_key`), per candidate its node and GPU (each node's candidates
+    together, in GPU order), and per label of a candidate's GPU the share placed on it."""
+
+    states: Sequence[NodeState]
+    labels: np.ndarray  # [node, GPU], as wide as the node with the most GPUs
+    node: np.ndarray  # per candidate, the index of its node in states
+    gpu: np.ndarray  # per candidate, the GPU it places the share on
+    shares: Mapping[int, DeviceShare]
+
+    @staticmethod
+    def of(nodes: Sequence[tuple[NodeState, Sequence[Allocation]]]) -> ShareCandidates:
+        """The candidates given per node as (state, allocations of one share each), labelled
+        by device key."""
+        numbers: dict[tuple[Any, ...], int] = {}
+        width = max((len(state.node.devices) for state, _ in nodes), default=0)
+        labels = np.zeros((len(nodes), width), dtype=np.int64)
+        node: list[int] = []
+        gpu: list[int] = []
+        shares: dict[int, DeviceShare] = {}
+        for i, (state, allocs) in enumerate(nodes):
+            devices = state.node.devices
+            for g, (device, usage) in enumerate(zip(devices, state.usage, strict=True)):
+                labels[i, g] = numbers.setdefault(device_key(state.node, device, usage), len(numbers))
+            for alloc in allocs:
+                (share,) = alloc.shares
+                node.append(i)
+                gpu.append(share.index)
+                shares.setdefault(int(labels[i, share.index]), share)
+        states = [state for state, _ in nodes]
+        return ShareCandidates(states, labels, np.array(node, dtype=np.int64), np.array(gpu, dtype=np.int64), shares)
+
+
+def k_of(kept: Sequence[_Kept | None], i: int) -> _Kept:
+    found = kept[i]
+    assert found is not None
+    return found
+
+
 class Fragmentation:
     """The fragmentation measure for one typical workload (memoised; not thread-safe by design:
     each worker owns its own, and the memo only ever caches pure results)."""
@@ -312,103 +354,32 @@ class Fragmentation:
         so that scoring them one by one finds them known: a new request shape on a busy cluster
         leaves a new state on nearly every GPU it could take. The others are left to
         :meth:`device_profile`; the answers are its own."""
-        self._warm(placements, None)
+        self._warm(placements)
 
-    def profiles_after(
-        self,
-        placements: Sequence[tuple[NodeState, Allocation]],
-        labels: Sequence[Hashable] | None = None,
-        gpu_labels: Sequence[Sequence[Hashable]] | None = None,
-    ) -> list[tuple[int, int]]:
-        """For placements of one share of one GPU each: :meth:`device_profile` of that GPU as
-        the placement leaves it, with :meth:`warm`'s work done on the way (each GPU state
-        after a placement is worked out once for both). ``labels`` (one per placement), where
-        given, say which placements put equal shares on GPUs in equal states (equal labels:
-        equal :func:`~.capacity.device_key` and share): each such state after is worked out
-        once (on a busy cluster a few hundred for thousands of placements). ``gpu_labels``
-        (one row per placement: a label per GPU of its node, equal for GPUs in equal states)
-        do the same for the states before: the profiles of nodes not seen yet are kept, each
-        GPU state's asked once."""
-        after: list[tuple[tuple[Any, ...], Node, Device, DeviceUsage]] = []
-        if labels is None:
-            self._warm(placements, after, gpu_labels=gpu_labels)
-        else:
-            first: dict[Hashable, int] = {}
-            picked = [first.setdefault(label, c) for c, label in enumerate(labels)]
-            self._warm(placements, after, list(first.values()), gpu_labels)
-            at = {c: k for k, c in enumerate(first.values())}
-            after = [after[at[c]] for c in picked]
-        devices = self._devices
-        found: dict[tuple[Any, ...], tuple[int, int]] = {}
-        for key, node, device, usage in after:
-            if key not in found:
-                found[key] = devices.get(key) or self.device_profile(node, device, usage)
-        return [found[key] for key, *_ in after]
-
-    def _warm(
-        self,
-        placements: Iterable[tuple[NodeState, Allocation]],
-        after: list[tuple[tuple[Any, ...], Node, Device, DeviceUsage]] | None,
-        placed: Sequence[int] | None = None,
-        gpu_labels: Sequence[Sequence[Hashable]] | None = None,
-    ) -> None:
-        """:meth:`warm`; with ``after`` given (a list to fill, placements of one share each),
-        also each placed GPU's key and state after it, whatever its mode: of every placement,
-        or of those at the indices ``placed`` only (in that order). With ``gpu_labels`` (see
-        :meth:`profiles_after`), the profiles of the node states not kept yet are kept."""
+    def _warm(self, placements: Iterable[tuple[NodeState, Allocation]]) -> None:
         devices = self._devices
         pending: dict[tuple[Any, ...], tuple[Node, Device, DeviceUsage]] = {}
         shared = (SharingMode.MPS, SharingMode.TIME_SLICING)
         seen: set[int] = set()
-        keep = after.append if after is not None else None
-        asked = None if placed is None else set(placed)
-        key_of: dict[Hashable, tuple[Any, ...]] = {}  # per GPU label, its device key
-        fresh: list[tuple[NodeState, Sequence[Hashable]]] = []  # node states to keep, with their labels
-        for c, (state, alloc) in enumerate(placements):
+        for state, alloc in placements:
             node = state.node
             if id(state) not in seen and id(state) not in self._by_state:
                 seen.add(id(state))
-                row = None if gpu_labels is None else gpu_labels[c]
-                if row is not None:
-                    fresh.append((state, row))  # every GPU's key is wanted then, to keep its profile
-                for g, (device, usage) in enumerate(zip(node.devices, state.usage, strict=True)):
-                    if row is None:
-                        if device.mode not in shared:
-                            continue
+                for device, usage in zip(node.devices, state.usage, strict=True):
+                    if device.mode in shared:
                         key = device_key(node, device, usage)
-                    elif row[g] in key_of:
-                        continue
-                    else:
-                        key = key_of[row[g]] = device_key(node, device, usage)
-                    if device.mode in shared and key not in devices and key not in pending:
-                        pending[key] = (node, device, usage)
-            if asked is not None and c not in asked:
-                continue
+                        if key not in devices and key not in pending:
+                            pending[key] = (node, device, usage)
             for share in alloc.shares:
                 device = node.devices[share.index]
-                if device.mode not in shared and keep is None:
+                if device.mode not in shared:
                     continue
                 usage = add_share(device, state.usage[share.index], share)
                 key = device_key(node, device, usage)
-                if keep is not None:
-                    keep((key, node, device, usage))
-                if device.mode in shared and key not in devices and key not in pending:
+                if key not in devices and key not in pending:
                     pending[key] = (node, device, usage)
         if len(pending) >= 2:  # one state is as quickly asked alone
             self._profile_at_once(pending)
-        if fresh:
-            profile_of: dict[Hashable, tuple[int, int]] = {}
-            for state, row in fresh:
-                node = state.node
-                found = []
-                for label, device, usage in zip(row, node.devices, state.usage, strict=False):
-                    profile = profile_of.get(label)
-                    if profile is None:
-                        profile = profile_of[label] = devices.get(key_of[label]) or self.device_profile(
-                            node, device, usage
-                        )
-                    found.append(profile)
-                self._keep(state, found)
 
     def _profile_at_once(self, pending: dict[tuple[Any, ...], tuple[Node, Device, DeviceUsage]]) -> None:
         """:meth:`device_profile` of the MPS and time-slicing GPU states ``pending`` (by key),
@@ -538,75 +509,136 @@ class Fragmentation:
         feasible = (self._cpu_masks[level - 1] if level else 0) & ~self._too_few_beside(kept, g, after[g][1])
         return self._sum(after, feasible)
 
-    def frags_after_one_share(self, placements: Sequence[tuple[NodeState, int, tuple[int, int], int]]) -> np.ndarray:
-        """:meth:`frag_after` of many placements of one share of one GPU at once. Each
-        placement is given as its node state, the GPU ``g`` it shares, that GPU's profile once
-        it is placed (:meth:`device_profile` of the GPU's usage after it) and the node's free
-        milli-CPU after it. The same terms as :meth:`_sum`'s, summed GPU by GPU in the same
-        order (a GPU with nothing free adds an exact zero), so the values are equal, not
-        merely close: what is asked per placement is only which shapes stay feasible, and the
-        popularity of what each GPU cannot host is asked once per distinct (GPU profile,
-        feasible shapes) pair of the whole batch."""
-        count = len(placements)
+    def frags_after_shares(self, batch: ShareCandidates, cpu_milli: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`frag_after` of every candidate of ``batch`` (each places one share of one GPU
+        and takes ``cpu_milli``), and the free milli-GPU its GPU keeps (:meth:`device_profile`
+        of the GPU after it), worked out at once. What a GPU becomes is asked once per label
+        (equal labels: equal device states and share), the profiles of node states not kept
+        yet once per label of their GPUs, and the rest over arrays: which shapes stay feasible
+        (the node's CPU level after the pod, and the multi-GPU shapes too few GPUs would host)
+        and each GPU's term, its free share times the popularity of what it cannot host,
+        looked up once per distinct (GPU profile, feasible shapes) pair. The terms are summed
+        GPU by GPU in the same order as :meth:`_sum`'s (a GPU with nothing free adds an exact
+        zero), so the values are equal to :meth:`frag_after`'s, not merely close."""
+        count = len(batch.node)
         if not count:
-            return np.zeros(0)
+            return np.zeros(0), np.zeros(0, dtype=np.int64)
+        states, labels = batch.states, batch.labels
+        node_of, gpu_of = batch.node.tolist(), batch.gpu.tolist()
+        devices = self._devices
+        shared = (SharingMode.MPS, SharingMode.TIME_SLICING)
+        pending: dict[tuple[Any, ...], tuple[Node, Device, DeviceUsage]] = {}
+        # what each candidate GPU becomes: once per label
+        placed, first, inverse = np.unique(labels[batch.node, batch.gpu], return_index=True, return_inverse=True)
+        after: list[tuple[tuple[Any, ...], Node, Device, DeviceUsage]] = []
+        for label, c in zip(placed.tolist(), first.tolist(), strict=True):
+            state, g = states[node_of[c]], gpu_of[c]
+            node = state.node
+            device = node.devices[g]
+            usage = add_share(device, state.usage[g], batch.shares[label])
+            key = device_key(node, device, usage)
+            after.append((key, node, device, usage))
+            if device.mode in shared and key not in devices:
+                pending[key] = (node, device, usage)
+        # the node states not kept yet: their GPUs' states, once per label
+        kept: list[_Kept | None] = []
+        for state in states:
+            found = self._by_state.get(id(state))
+            kept.append(found if found is not None and found.state is state else None)
+        fresh = [i for i, k in enumerate(kept) if k is None]
+        before: dict[int, tuple[tuple[Any, ...], Node, Device, DeviceUsage]] = {}
+        for i in fresh:
+            state = states[i]
+            node = state.node
+            for g, label in enumerate(labels[i, : len(node.devices)].tolist()):
+                if label not in before:
+                    device, usage = node.devices[g], state.usage[g]
+                    key = device_key(node, device, usage)
+                    before[label] = (key, node, device, usage)
+                    if device.mode in shared and key not in devices:
+                        pending[key] = (node, device, usage)
+        if len(pending) >= 2:  # one state is as quickly asked alone
+            self._profile_at_once(pending)
+        profile_before = {
+            label: devices.get(k) or self.device_profile(n, d, u) for label, (k, n, d, u) in before.items()
+        }
+        for i in fresh:
+            state = states[i]
+            row = labels[i, : len(state.node.devices)].tolist()
+            kept[i] = self._keep(state, [profile_before[label] for label in row])
+        profile_after = [devices.get(k) or self.device_profile(n, d, u) for k, n, d, u in after]
+        # per node: its GPUs' free shares and profile numbers, and the multi-GPU shapes its
+        # GPUs are too few for
         if len(self._bit_ids) > _MEMO_LIMIT:
             self._bit_ids = {}
             self._numbering += 1
         bit_ids = self._bit_ids
-        feasible_ids: dict[int, int] = {}
-        # each node's GPUs' free shares and profile ids once (rows of its kept profiles), and
-        # per placement only which node, which GPU and what that GPU becomes
-        row_of: dict[int, int] = {}
-        held: list[_Kept] = []  # the kept states of the rows: their ids stay theirs meanwhile
+        multi = bool(self._multi)
         frees: list[list[int]] = []
         rows: list[list[int]] = []
-        at: list[int] = []
-        gpus: list[int] = []
-        free_after: list[int] = []
-        id_after: list[int] = []
-        feasible_of: list[int] = []
-        multi = bool(self._multi)
-        for state, g, (free_g, bits_g), cpu_after in placements:
-            kept = self._kept(state)
-            k = row_of.get(id(kept))
-            if k is None:
-                if kept.bit_ids is None or kept.bit_ids[0] != self._numbering:
-                    kept.bit_ids = (self._numbering, [bit_ids.setdefault(b, len(bit_ids)) for _, b in kept.profiles])
-                k = row_of[id(kept)] = len(rows)
-                held.append(kept)
-                frees.append([free for free, _ in kept.profiles])
-                rows.append(kept.bit_ids[1])
-            at.append(k)
-            gpus.append(g)
-            free_after.append(free_g)
-            id_after.append(bit_ids.setdefault(bits_g, len(bit_ids)))
-            level = self.cpu_level(cpu_after)
-            feasible = self._cpu_masks[level - 1] if level else 0
+        too_few_ids: dict[int, int] = {}
+        too_few_of: list[int] = []
+        for k in kept:
+            assert k is not None
+            if k.bit_ids is None or k.bit_ids[0] != self._numbering:
+                k.bit_ids = (self._numbering, [bit_ids.setdefault(b, len(bit_ids)) for _, b in k.profiles])
+            frees.append([free for free, _ in k.profiles])
+            rows.append(k.bit_ids[1])
             if multi:
-                feasible &= ~self._too_few_beside(kept, g, bits_g)
-            feasible_of.append(feasible_ids.setdefault(feasible, len(feasible_ids)))
+                if k.too_few is None:
+                    if k.at_least is None:
+                        k.at_least = self._counts_of(tuple([b for _, b in k.profiles]))
+                    k.too_few = self._too_few_of(k.at_least)
+                too_few_of.append(too_few_ids.setdefault(k.too_few, len(too_few_ids)))
+        free_after = np.array([free for free, _ in profile_after], dtype=np.int64)[inverse]
+        id_after = np.array([bit_ids.setdefault(b, len(bit_ids)) for _, b in profile_after], dtype=np.int64)[inverse]
+        # which shapes stay feasible: by the node's CPU level after the pod, and the multi-GPU
+        # shapes too few GPUs host (the node's own, unless the GPU placed on gains or loses one)
+        cpu_after = np.array([state.cpu_free for state in states], dtype=np.int64) - cpu_milli
+        levels = np.searchsorted(np.array(self._cpu_levels, dtype=np.int64), cpu_after, side="right")[batch.node]
+        if multi:
+            few = np.array(too_few_of, dtype=np.int64)[batch.node]
+            mask = self._multi_mask
+            moved = [
+                bool((k_of(kept, node_of[c]).profiles[gpu_of[c]][1] ^ profile_after[u][1]) & mask)
+                for u, c in enumerate(first.tolist())
+            ]
+            for c in np.flatnonzero(np.array(moved, dtype=bool)[inverse]).tolist():
+                value = self._too_few_beside(k_of(kept, node_of[c]), gpu_of[c], profile_after[inverse[c]][1])
+                few[c] = too_few_ids.setdefault(value, len(too_few_ids))
+            values = list(too_few_ids)
+        else:
+            few = np.zeros(count, dtype=np.int64)
+            values = [0]
+        keys = levels * len(values) + few
+        unique_keys, key_of = np.unique(keys, return_inverse=True)
+        feasible_ids: dict[int, int] = {}
+        ids_of_key = []
+        for key in unique_keys.tolist():
+            level, k = divmod(key, len(values))
+            mask = (self._cpu_masks[level - 1] if level else 0) & ~values[k]
+            ids_of_key.append(feasible_ids.setdefault(mask, len(feasible_ids)))
+        feasible_of = np.array(ids_of_key, dtype=np.int64)[key_of]
         width = max(map(len, rows))
         if any(len(row) != width for row in rows):  # nodes of fewer GPUs: nothing free beyond theirs
             frees = [row + [0] * (width - len(row)) for row in frees]
             rows = [list(row) + [0] * (width - len(row)) for row in rows]
-        which = np.array(at, dtype=np.int64)
-        placed = (np.arange(count), np.array(gpus, dtype=np.int64))
-        free = np.array(frees, dtype=np.int64)[which]
-        free[placed] = free_after
-        ids = np.array(rows, dtype=np.int64)[which]
-        ids[placed] = id_after
-        pairs = ids * len(feasible_ids) + np.array(feasible_of, dtype=np.int64)[:, None]
-        unique, inverse = np.unique(pairs, return_inverse=True)
+        at = (np.arange(count), batch.gpu)
+        free = np.array(frees, dtype=np.int64)[batch.node]
+        free[at] = free_after
+        ids = np.array(rows, dtype=np.int64)[batch.node]
+        ids[at] = id_after
+        pairs = ids * len(feasible_ids) + feasible_of[:, None]
+        unique, pair_of = np.unique(pairs, return_inverse=True)
         bits_by_id = list(bit_ids)  # in numbering order (dicts keep it)
         masks_by_id = list(feasible_ids)
         width_f = len(feasible_ids)
         spare = np.array([1.0 - self._p(bits_by_id[k // width_f] & masks_by_id[k % width_f]) for k in unique.tolist()])
-        terms = free * spare[inverse.reshape(pairs.shape)]
+        terms = free * spare[pair_of.reshape(pairs.shape)]
         total = np.zeros(count)
         for j in range(width):
             total = total + terms[:, j]
-        return total
+        return total, free_after
 
     def _too_few_beside(self, kept: _Kept, g: int, bits_g: int) -> int:
         """:meth:`_too_few` of the state's GPUs with GPU ``g`` hosting ``bits_g`` instead: a

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from unittest.mock import patch
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from scheduler.core import board as board_module
 from scheduler.core.allocation import Allocation, DeviceShare, MigSlot, decode_record, encode_record
 from scheduler.core.board import Board, Status, _unique_rows
-from scheduler.core.capacity import Refusal, device_key, free
+from scheduler.core.capacity import Refusal, free
 from scheduler.core.catalog import CATALOG, ProfileSpec
 from scheduler.core.errors import RecordError
 from scheduler.core.fit import device_share, fit, hosts, sharing_share
-from scheduler.core.fragmentation import Fragmentation, Shape, TypicalWorkload
+from scheduler.core.fragmentation import Fragmentation, Shape, ShareCandidates, TypicalWorkload
 from scheduler.core.inventory import MigInstance, Node, SharingMode
 from scheduler.core.mig import best_start, slot_of
 from scheduler.core.policies import REGISTRY, make_policy, options_of
@@ -607,27 +609,54 @@ def test_scores_of_many_nodes_at_once_equal_scores_one_by_one(
         nodes = []
         for state in states:
             found = fit(Demand(0, 0, demand.gpu), state)
-            if found:
-                nodes.append((state, firsts(state, found.allocations)))
+            if found:  # as the board makes them: the pod's CPU and memory with each share
+                made = [replace(a, cpu_milli=demand.cpu_milli, memory_mib=demand.memory_mib) for a in found.allocations]
+                nodes.append((state, firsts(state, made)))
         expected = [score_firsts(policy, demand, state, allocs) for state, allocs in nodes]
-        got = policy.score_nodes(demand, nodes)  # type: ignore[attr-defined]
+        got = policy.score_nodes(demand, ShareCandidates.of(nodes))  # type: ignore[attr-defined]
         assert [(s.score, s.move) for s in expected] == got, demand
-        # labelled as the board labels them (equal device state and share: equal label), the
-        # states after are worked out once per label and the answer stays the same
-        labels = [
-            (device_key(state.node, state.node.devices[a.shares[0].index], state.usage[a.shares[0].index]), a.shares[0])
-            for state, allocs in nodes
-            for a in allocs
-        ]
-        again = make_policy(name, options)
-        assert again.score_nodes(demand, nodes, labels) == got, demand  # type: ignore[attr-defined]
-        # and with each GPU of a node labelled by its state too, the states before as well
-        rows = [
-            [device_key(state.node, d, u) for d, u in zip(state.node.devices, state.usage, strict=True)]
-            for state, _ in nodes
-        ]
-        third = make_policy(name, options)
-        assert third.score_nodes(demand, nodes, labels, rows) == got, demand  # type: ignore[attr-defined]
+        # asked again (the node states now kept, their profiles numbered), the same
+        assert policy.score_nodes(demand, ShareCandidates.of(nodes)) == got, demand  # type: ignore[attr-defined]
+
+
+class _NodeByNode:
+    """A fragmentation policy without ``score_nodes``: the board scores its candidates one by one."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.name = f"node-by-node-{inner.name}"  # type: ignore[attr-defined]
+        self.reads = inner.reads  # type: ignore[attr-defined]
+        for part in ("prepare", "score", "tiebreak", "adjust", "observe"):
+            setattr(self, part, getattr(inner, part))
+
+
+@given(
+    BUSY_NODES,
+    st.lists(demands() | small_shares(), max_size=10),
+    st.lists(demands() | small_shares(), min_size=1, max_size=4),
+    st.sampled_from(["fgd-cpu", "fgd-reserve"]),
+)
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+def test_the_board_scores_many_nodes_at_once_as_one_by_one(
+    drawn: list[tuple[Node, list[int], list[int]]], warmup: list[Demand], asked: list[Demand], name: str
+) -> None:
+    """The board hands a policy's ``score_nodes`` the candidates as arrays (the first GPU of
+    each device state that hosts the share, labelled by device state, the share placed per
+    label): its finished scores, which read the gap moves too, must be those of scoring the
+    same candidates one by one, as nodes change."""
+    states = _busy_states(drawn, warmup, 0)
+    policy = make_policy(name)
+    at_once, one_by_one = Board(states), Board(states)
+    with patch.object(board_module, "_AT_ONCE_FROM", 1):  # the tests' clusters are small
+        for k, demand in enumerate(asked):
+            policy.observe(demand)  # type: ignore[attr-defined]
+            expected = one_by_one.scores(_NodeByNode(policy), demand)  # type: ignore[arg-type]
+            assert at_once.scores(policy, demand).tolist() == expected.tolist(), demand
+            placed = fit(demand, states[-1])
+            if placed:
+                states[-1] = states[-1].apply(f"q{k}", placed.allocations[0])
+                at_once.put(states[-1])
+                one_by_one.put(states[-1])
 
 
 def _shape_of(demand: Demand, cpu: int) -> Shape | None:

@@ -35,16 +35,15 @@ Optional parts, found by their presence (a policy defines only what it needs):
     a request at once, each by the share that takes the most of its hosting GPUs, instead of
     asking ``score`` placement by placement; it does so only for a policy that reads neither
     the gaps nor the pods.
-``score_nodes(demand, nodes, labels, gpu_labels) -> [(score, move), ...]``
-    For candidates that each place one share on one GPU, given per node as (state, the first
-    candidate of each group of equivalent ones, in order): per node what scoring them one by
-    one gives, exactly (the best score, and the gap move of the candidate the ``tiebreak``
-    picks among the best, then the first; (-1, -1) for no move), worked out at once. The board
-    then asks it instead of ``score`` (and ``prepare``) placement by placement. ``labels``
-    (one per candidate, or None) are equal for candidates that place equal shares on GPUs in
-    equal states (the board's device state ids), so that what such a GPU becomes is worked
-    out once; ``gpu_labels`` (per node, one label per GPU, or None) likewise for the GPUs as
-    they stand.
+``score_nodes(demand, candidates) -> [(score, move), ...]``
+    For candidates that each place one share on one GPU, given as arrays
+    (:class:`~scheduler.core.fragmentation.ShareCandidates`: per node its state and a label
+    per GPU, equal for GPUs in equal device states; per candidate its node and GPU, the first
+    GPU of each hosting device state of the node, in order; per label the share placed): per
+    node what scoring them one by one gives, exactly (the best score, and the gap move of the
+    candidate the ``tiebreak`` picks among the best, then the first; (-1, -1) for no move),
+    worked out at once. The board then asks it instead of ``score`` (and ``prepare``)
+    placement by placement, and builds no placement per candidate.
 ``observe(demand)``
     Told of each pod once, at its first sight (online policies learn here), and
     ``version``, raised whenever what it learned changes its scores.

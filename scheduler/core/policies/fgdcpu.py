@@ -52,14 +52,22 @@ and whether to learn at all (off only to pin a workload, in a test).
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..allocation import Allocation
-from ..capacity import GAP_LEVELS, allocated_milli, gap_level
-from ..fragmentation import DEFAULT_WORKLOAD, Fragmentation, OnlineWorkload, Shape, TypicalWorkload, workload_of
+from ..capacity import GAP_LEVELS, allocated_milli, gap_level, share_milli
+from ..fragmentation import (
+    DEFAULT_WORKLOAD,
+    Fragmentation,
+    OnlineWorkload,
+    Shape,
+    ShareCandidates,
+    TypicalWorkload,
+    workload_of,
+)
 from ..request import Demand, GpuKind, GpuRequest
 from ..state import NodeState
 from .base import Cluster, Context, Reads, register
@@ -170,56 +178,42 @@ class FgdCpu:
         before, after = self._costs(state, allocation)
         return self._score(before - after)
 
-    def score_nodes(
-        self,
-        demand: Demand,
-        nodes: Sequence[tuple[NodeState, Sequence[Allocation]]],
-        labels: Sequence[Hashable] | None = None,
-        gpu_labels: Sequence[Sequence[Hashable]] | None = None,
-    ) -> list[tuple[float, tuple[int, int]]]:
-        """Per node, the best score of its candidates and the gap move of the one chosen, for
-        candidates that each place one share on one GPU: what scoring them one by one gives
-        (:meth:`score`, then the lowest :meth:`tiebreak` among the best, then the first), with
-        F after every placement worked out at once
-        (:meth:`~scheduler.core.fragmentation.Fragmentation.frags_after_one_share`) and the
-        costs over arrays in the same arithmetic. ``labels`` (per candidate) and ``gpu_labels``
-        (per node, a label per GPU): see
-        :meth:`~scheduler.core.fragmentation.Fragmentation.profiles_after`."""
+    def score_nodes(self, demand: Demand, batch: ShareCandidates) -> list[tuple[float, tuple[int, int]]]:
+        """Per node of ``batch`` (candidates that each place one share on one GPU), the best
+        score of its candidates and the gap move of the one chosen: what scoring them one by
+        one gives (:meth:`score`, then the lowest :meth:`tiebreak` among the best, then the
+        first), with F after every placement worked out at once
+        (:meth:`~scheduler.core.fragmentation.Fragmentation.frags_after_shares`) and the costs
+        over arrays in the same arithmetic."""
         frag = self.fragmentation
-        placed = [(state, alloc) for state, allocs in nodes for alloc in allocs]
-        rows = None
-        if gpu_labels is not None:
-            rows = [row for row, (_, allocs) in zip(gpu_labels, nodes, strict=True) for _ in allocs]
-        profiles = iter(frag.profiles_after(placed, labels, rows))
-        placements: list[tuple[NodeState, int, tuple[int, int], int]] = []
-        before: list[float] = []
-        left: list[int] = []
-        for state, allocs in nodes:
-            gpu_free = frag.free_share(state)
-            cost = frag.node_frag(state) + self.stranding_weight * self.stranded(gpu_free, state.cpu_free)
-            for alloc in allocs:
-                placements.append((state, alloc.shares[0].index, next(profiles), state.cpu_free - alloc.cpu_milli))
-                before.append(cost)
-                left.append(gpu_free - allocated_milli(alloc))
-        cpu_after = np.array([cpu for *_, cpu in placements], dtype=np.int64)
-        stranded = np.maximum(0.0, np.array(left, dtype=np.int64) - self.ratio * cpu_after) if self.ratio else 0.0
-        after = frag.frags_after_one_share(placements) + self.stranding_weight * stranded
-        falls = (np.array(before) - after).tolist()
-        costs = after.tolist()
-        share_move = demand.gpu.kind is GpuKind.SHARE
-        out: list[tuple[float, tuple[int, int]]] = []
-        c = 0
-        for state, allocs in nodes:
-            scores = [self._score(fall) for fall in falls[c : c + len(allocs)]]
-            top = max(scores)
-            best = min((k for k, s in enumerate(scores) if s == top), key=lambda k: costs[c + k])
-            move = (-1, -1)
-            if share_move:
-                _, g, (free_after, _), _ = placements[c + best]
-                move = (gap_level(state.frees[g].milli), gap_level(free_after))
-            out.append((top, move))
-            c += len(allocs)
-        return out
+        states, node, gpu = batch.states, batch.node, batch.gpu
+        frags, free_after = frag.frags_after_shares(batch, demand.cpu_milli)
+        gpu_free = [frag.free_share(state) for state in states]
+        cost = [
+            frag.node_frag(state) + self.stranding_weight * self.stranded(free, state.cpu_free)
+            for state, free in zip(states, gpu_free, strict=True)
+        ]
+        took = {label: share_milli(share) for label, share in batch.shares.items()}
+        labels = batch.labels[node, gpu]
+        left = np.array(gpu_free, dtype=np.int64)[node] - np.array([took[k] for k in labels.tolist()], dtype=np.int64)
+        cpu_after = np.array([state.cpu_free for state in states], dtype=np.int64)[node] - demand.cpu_milli
+        stranded = np.maximum(0.0, left - self.ratio * cpu_after) if self.ratio else 0.0
+        after = frags + self.stranding_weight * stranded
+        falls = np.array(cost)[node] - after
+        scores = np.array([self._score(fall) for fall in falls.tolist()])
+        # per node: the best score, the lowest cost among those, then the first
+        order = np.lexsort((np.arange(len(node)), after, -scores, node))
+        starts = np.flatnonzero(np.diff(node[order], prepend=-1))
+        best = order[starts]
+        assert len(best) == len(states), "every node has a candidate"
+        if demand.gpu.kind is not GpuKind.SHARE:
+            return [(top, (-1, -1)) for top in scores[best].tolist()]
+        return [
+            (top, (gap_level(state.frees[g].milli), gap_level(free)))
+            for top, state, g, free in zip(
+                scores[best].tolist(), states, gpu[best].tolist(), free_after[best].tolist(), strict=True
+            )
+        ]
 
     def tiebreak(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
         """Inside the node the lowest cost wins, not just the best rounded score."""
