@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from scheduler.core.allocation import Allocation, DeviceShare
+from scheduler.core.capacity import device_key
 from scheduler.core.catalog import CATALOG, GpuModel
+from scheduler.core.fragmentation import ShareCandidates
 from scheduler.core.inventory import Device, MigInstance, Node, SharingMode
 from scheduler.core.request import DEFAULT_PREFIX
 from scheduler.core.state import NodeState
@@ -83,3 +89,24 @@ def make_policy_for(name: str, workload: Any = None, seed: int = 0, **options: A
     from scheduler.core.policies import Context, make_policy
 
     return make_policy(name, options or None, Context(seed, workload))
+
+
+def share_candidates(nodes: Sequence[tuple[NodeState, Sequence[Allocation]]]) -> ShareCandidates:
+    """Candidates given per node as (state, allocations of one share each) as the board hands
+    them to ``score_nodes``: every GPU labelled by its device key."""
+    numbers: dict[tuple[Any, ...], int] = {}
+    width = max((len(state.node.devices) for state, _ in nodes), default=0)
+    labels = np.zeros((len(nodes), width), dtype=np.int64)
+    node: list[int] = []
+    gpu: list[int] = []
+    shares: dict[int, DeviceShare] = {}
+    for i, (state, allocs) in enumerate(nodes):
+        for g, (device, usage) in enumerate(zip(state.node.devices, state.usage, strict=True)):
+            labels[i, g] = numbers.setdefault(device_key(state.node, device, usage), len(numbers))
+        for alloc in allocs:
+            (share,) = alloc.shares
+            node.append(i)
+            gpu.append(share.index)
+            shares.setdefault(int(labels[i, share.index]), share)
+    states = [state for state, _ in nodes]
+    return ShareCandidates(states, labels, np.array(node, dtype=np.int64), np.array(gpu, dtype=np.int64), shares)

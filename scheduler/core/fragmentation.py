@@ -220,34 +220,6 @@ class ShareCandidates:
     gpu: np.ndarray  # per candidate, the GPU it places the share on
     shares: Mapping[int, DeviceShare]
 
-    @staticmethod
-    def of(nodes: Sequence[tuple[NodeState, Sequence[Allocation]]]) -> ShareCandidates:
-        """The candidates given per node as (state, allocations of one share each), labelled
-        by device key."""
-        numbers: dict[tuple[Any, ...], int] = {}
-        width = max((len(state.node.devices) for state, _ in nodes), default=0)
-        labels = np.zeros((len(nodes), width), dtype=np.int64)
-        node: list[int] = []
-        gpu: list[int] = []
-        shares: dict[int, DeviceShare] = {}
-        for i, (state, allocs) in enumerate(nodes):
-            devices = state.node.devices
-            for g, (device, usage) in enumerate(zip(devices, state.usage, strict=True)):
-                labels[i, g] = numbers.setdefault(device_key(state.node, device, usage), len(numbers))
-            for alloc in allocs:
-                (share,) = alloc.shares
-                node.append(i)
-                gpu.append(share.index)
-                shares.setdefault(int(labels[i, share.index]), share)
-        states = [state for state, _ in nodes]
-        return ShareCandidates(states, labels, np.array(node, dtype=np.int64), np.array(gpu, dtype=np.int64), shares)
-
-
-def k_of(kept: Sequence[_Kept | None], i: int) -> _Kept:
-    found = kept[i]
-    assert found is not None
-    return found
-
 
 class Fragmentation:
     """The fragmentation measure for one typical workload (memoised; not thread-safe by design:
@@ -578,8 +550,10 @@ class Fragmentation:
         rows: list[list[int]] = []
         too_few_ids: dict[int, int] = {}
         too_few_of: list[int] = []
+        held: list[_Kept] = []  # every node's kept state, now that the fresh ones are kept
         for k in kept:
             assert k is not None
+            held.append(k)
             if k.bit_ids is None or k.bit_ids[0] != self._numbering:
                 k.bit_ids = (self._numbering, [bit_ids.setdefault(b, len(bit_ids)) for _, b in k.profiles])
             frees.append([free for free, _ in k.profiles])
@@ -600,11 +574,11 @@ class Fragmentation:
             few = np.array(too_few_of, dtype=np.int64)[batch.node]
             mask = self._multi_mask
             moved = [
-                bool((k_of(kept, node_of[c]).profiles[gpu_of[c]][1] ^ profile_after[u][1]) & mask)
+                bool((held[node_of[c]].profiles[gpu_of[c]][1] ^ profile_after[u][1]) & mask)
                 for u, c in enumerate(first.tolist())
             ]
             for c in np.flatnonzero(np.array(moved, dtype=bool)[inverse]).tolist():
-                value = self._too_few_beside(k_of(kept, node_of[c]), gpu_of[c], profile_after[inverse[c]][1])
+                value = self._too_few_beside(held[node_of[c]], gpu_of[c], profile_after[inverse[c]][1])
                 few[c] = too_few_ids.setdefault(value, len(too_few_ids))
             values = list(too_few_ids)
         else:

@@ -7,12 +7,12 @@ import math
 import pytest
 
 from scheduler.core.fit import fit
-from scheduler.core.fragmentation import OnlineWorkload, Shape, ShareCandidates, TypicalWorkload, workload_of
+from scheduler.core.fragmentation import OnlineWorkload, Shape, TypicalWorkload, workload_of
 from scheduler.core.policies.fgdcpu import FgdCpu, FgdCpuOptions, gpu_per_cpu
 from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.select import firsts, rank, score_firsts
 from scheduler.core.state import NodeState
-from tests.builders import make_policy_for, make_state
+from tests.builders import make_policy_for, make_state, share_candidates
 
 WHOLE_12_CORES = Demand(12_000, 0, GpuRequest(GpuKind.WHOLE, 1))
 PINNED_SHAPES = (Shape(1.0, cpu=12, gpu_count="1"),)
@@ -204,7 +204,7 @@ def test_scores_at_once_take_the_tiebreak_among_equal_scores() -> None:
     costs = [policy.tiebreak(demand, state, a) for a in allocs]
     assert len(allocs) == 2 and scores[0] == scores[1] and costs[0] != costs[1]  # the case is a tie
     expected = score_firsts(policy, demand, state, allocs)
-    assert policy.score_nodes(demand, ShareCandidates.of([(state, allocs)])) == [(expected.score, expected.move)]
+    assert policy.score_nodes(demand, share_candidates([(state, allocs)])) == [(expected.score, expected.move)]
     assert expected.move == (70, 60)
 
 

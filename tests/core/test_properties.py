@@ -16,14 +16,14 @@ from scheduler.core.capacity import Refusal, free
 from scheduler.core.catalog import CATALOG, ProfileSpec
 from scheduler.core.errors import RecordError
 from scheduler.core.fit import device_share, fit, hosts, sharing_share
-from scheduler.core.fragmentation import Fragmentation, Shape, ShareCandidates, TypicalWorkload
+from scheduler.core.fragmentation import Fragmentation, Shape, TypicalWorkload
 from scheduler.core.inventory import MigInstance, Node, SharingMode
 from scheduler.core.mig import best_start, slot_of
 from scheduler.core.policies import REGISTRY, make_policy, options_of
 from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.select import evaluate, firsts, score_firsts
 from scheduler.core.state import NodeState, rebuild
-from tests.builders import make_device
+from tests.builders import make_device, share_candidates
 
 MODELS = ["A100-80GB", "A100-40GB", "A30", "H100-80GB", "H200-141GB", "L4", "T4"]
 PROFILES = [
@@ -613,10 +613,10 @@ def test_scores_of_many_nodes_at_once_equal_scores_one_by_one(
                 made = [replace(a, cpu_milli=demand.cpu_milli, memory_mib=demand.memory_mib) for a in found.allocations]
                 nodes.append((state, firsts(state, made)))
         expected = [score_firsts(policy, demand, state, allocs) for state, allocs in nodes]
-        got = policy.score_nodes(demand, ShareCandidates.of(nodes))  # type: ignore[attr-defined]
+        got = policy.score_nodes(demand, share_candidates(nodes))  # type: ignore[attr-defined]
         assert [(s.score, s.move) for s in expected] == got, demand
         # asked again (the node states now kept, their profiles numbered), the same
-        assert policy.score_nodes(demand, ShareCandidates.of(nodes)) == got, demand  # type: ignore[attr-defined]
+        assert policy.score_nodes(demand, share_candidates(nodes)) == got, demand  # type: ignore[attr-defined]
 
 
 class _NodeByNode:
