@@ -572,9 +572,9 @@ class Fragmentation:
         levels = np.searchsorted(np.array(self._cpu_levels, dtype=np.int64), cpu_after, side="right")[batch.node]
         if multi:
             few = np.array(too_few_of, dtype=np.int64)[batch.node]
-            mask = self._multi_mask
+            multi_mask = self._multi_mask
             moved = [
-                bool((held[node_of[c]].profiles[gpu_of[c]][1] ^ profile_after[u][1]) & mask)
+                bool((held[node_of[c]].profiles[gpu_of[c]][1] ^ profile_after[u][1]) & multi_mask)
                 for u, c in enumerate(first.tolist())
             ]
             for c in np.flatnonzero(np.array(moved, dtype=bool)[inverse]).tolist():
@@ -589,8 +589,8 @@ class Fragmentation:
         feasible_ids: dict[int, int] = {}
         ids_of_key = []
         for key in unique_keys.tolist():
-            level, k = divmod(key, len(values))
-            mask = (self._cpu_masks[level - 1] if level else 0) & ~values[k]
+            level, few_id = divmod(key, len(values))
+            mask = (self._cpu_masks[level - 1] if level else 0) & ~values[few_id]
             ids_of_key.append(feasible_ids.setdefault(mask, len(feasible_ids)))
         feasible_of = np.array(ids_of_key, dtype=np.int64)[key_of]
         width = max(map(len, rows))
