@@ -20,6 +20,7 @@ from scheduler.core.defrag import Mover, Plan, PlanOptions, Waiting, plan
 from scheduler.core.errors import RequestError
 from scheduler.core.fragmentation import DEFAULT_WORKLOAD, Fragmentation, TypicalWorkload
 from scheduler.core.pods import NODE_BOUND_OWNERS, controller_of, has_ended, priority_of
+from scheduler.core.policies import tell
 from scheduler.core.request import Demand, GpuKind, parse_pod
 from scheduler.core.state import NodeState
 
@@ -86,10 +87,8 @@ def plan_cluster(
     them for it."""
     inputs = gather(cache, config.prefix, namespaces)
     policy = config.make_policy()
-    observe = getattr(policy, "observe", None)
-    if observe is not None:
-        for demand in inputs.seen:
-            observe(demand)
+    for demand in inputs.seen:
+        tell(policy, demand)
     found = plan(inputs.states, inputs.pending, inputs.movers, policy, Fragmentation(inputs.workload), options)
     return found, inputs
 

@@ -24,7 +24,7 @@ from scheduler.core.allocation import Allocation
 from scheduler.core.board import Status
 from scheduler.core.errors import RecordError, RequestError
 from scheduler.core.pods import key_of, pod_key
-from scheduler.core.policies import REGISTRY, Policy
+from scheduler.core.policies import REGISTRY, Policy, tell
 from scheduler.core.request import GpuKind, PodRequest, parse_pod
 from scheduler.core.select import evaluate
 from scheduler.core.state import rebuild
@@ -113,9 +113,7 @@ class Extender:
         with self.cache.lock:  # the policies are shared with a bind deciding in a worker thread
             self.policy_for(request)  # a policy a pod names is in use from its first pod on
             for policy in self._policies.values():
-                observe = getattr(policy, "observe", None)
-                if observe is not None:
-                    observe(request.demand)
+                tell(policy, request.demand)
 
     def policy_for(self, request: PodRequest) -> Policy:
         """The pod's policy: the one it names (with the options configured for it), else the default."""

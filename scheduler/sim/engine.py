@@ -26,7 +26,7 @@ from scheduler.core.capacity import allocated_milli
 from scheduler.core.errors import RecordError
 from scheduler.core.fit import fit
 from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
-from scheduler.core.policies import Context, Policy, make_policy
+from scheduler.core.policies import Context, Policy, make_policy, tell
 from scheduler.core.request import MILLI, Demand, GpuKind
 from scheduler.core.state import NodeState
 
@@ -215,9 +215,7 @@ def simulate(
             demand = pod.demand
             arrived_total += request_milli(demand, reference)
             for told in (policy,) if waiting is None else (policy, waiting.policy):
-                observe = getattr(told, "observe", None)
-                if observe is not None:
-                    observe(demand)
+                tell(told, demand)
             node = run.place(pod)
             if node is None and waiting is not None:
                 waiting.hold(pod)

@@ -1,7 +1,7 @@
 """Placement policies, each in its own module, registered by config name (see ``base``)."""
 
 from . import bestfit, binpack, dotprod, fgd, fgdcpu, fgdreserve, gpuclustering, gpupacking, random, spread
-from .base import REGISTRY, Cluster, Context, Policy, Reads, make_policy, options_of, register
+from .base import REGISTRY, Cluster, Context, Policy, Reads, make_policy, options_of, register, tell
 
 __all__ = [
     "REGISTRY",
@@ -22,4 +22,5 @@ __all__ = [
     "random",
     "register",
     "spread",
+    "tell",
 ]

@@ -206,6 +206,13 @@ def demand_key(policy: Policy, demand: Demand) -> tuple[Any, ...]:
     )
 
 
+def tell(policy: Policy, demand: Demand) -> None:
+    """Tell ``policy`` of a pod seen (its ``observe``, if it learns)."""
+    observe = getattr(policy, "observe", None)
+    if observe is not None:
+        observe(demand)
+
+
 def version(policy: Policy) -> int:
     value: int = getattr(policy, "version", 0)
     return value
