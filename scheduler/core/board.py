@@ -23,7 +23,7 @@ leaves, and a new node takes a free one. Not thread-safe: callers serialise acce
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -299,6 +299,10 @@ class Board:
         self._kind_devices: dict[int, Device] = {}  # a device of each device kind
         self._hosting: OrderedDict[Hashable, _Hosting] = OrderedDict()
         self._kinds = _Ids()
+        # how many nodes have each (node kind, GPU group), and those pairs as arrays (None:
+        # to be made again): which groups a pod could use is asked once per pair
+        self._kind_groups: Counter[tuple[int, int]] = Counter()
+        self._pairs: tuple[np.ndarray, np.ndarray] | None = None
         self._signatures = _Ids()
         self._scores: OrderedDict[Hashable, _ScoreTable] = OrderedDict()
         self._reasons: OrderedDict[Hashable, _ReasonTable] = OrderedDict()
@@ -415,6 +419,23 @@ class Board:
         self._dev_groups.extend([[] for _ in range(extra)])
 
     def _set(self, i: int, state: NodeState | None, problem: str) -> None:
+        pair = (int(self._kind[i]), int(self._node_group[i]))
+        self._set_state(i, state, problem)
+        now = (int(self._kind[i]), int(self._node_group[i]))
+        if now == pair:
+            return
+        kind_groups = self._kind_groups
+        if min(pair) >= 0:
+            kind_groups[pair] -= 1
+            if not kind_groups[pair]:
+                del kind_groups[pair]
+                self._pairs = None
+        if min(now) >= 0:
+            kind_groups[now] += 1
+            if kind_groups[now] == 1:
+                self._pairs = None
+
+    def _set_state(self, i: int, state: NodeState | None, problem: str) -> None:
         for level, group in zip(self._levels[i], self._dev_groups[i], strict=True):
             self._gaps[level] -= 1
             self._group_gaps[group, level] -= 1
@@ -470,15 +491,15 @@ class Board:
     def _fits_empty_by_group(self, demand: Demand) -> np.ndarray:
         """Per GPU group, whether ``demand`` fits some node of the group that is in the
         cluster, were that node empty."""
-        alive = self._alive[: self._size]
-        kinds = self._kind[: self._size][alive]
-        groups = self._node_group[: self._size][alive]
-        has = (kinds >= 0) & (groups >= 0)
-        width = len(self._group_ids)
-        pairs = np.unique(kinds[has] * width + groups[has])  # each (kind, group) once
-        kind_of, group_of = pairs // width, pairs % width
+        if self._pairs is None:
+            pairs = sorted(self._kind_groups)
+            self._pairs = (
+                np.array([kind for kind, _ in pairs], dtype=np.int64),
+                np.array([group for _, group in pairs], dtype=np.int64),
+            )
+        kind_of, group_of = self._pairs
         never = self._never_by_kind(demand, kind_of)
-        out = np.zeros(width, dtype=bool)
+        out = np.zeros(len(self._group_ids), dtype=bool)
         out[group_of[never[kind_of] == 0]] = True
         return out
 

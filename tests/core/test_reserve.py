@@ -129,6 +129,26 @@ def test_groups_split_gpus_by_model_and_follow_state_changes(plain: bool) -> Non
     assert now.allowed(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 4))).tolist() == [False, True]
 
 
+def test_the_groups_a_pod_could_use_follow_nodes_that_join_leave_and_change() -> None:
+    # Which groups a pod could use is asked once per (node kind, GPU group) the cluster has: the
+    # 100-core pod fits only the 104-core T4 node; once that node leaves, or comes back with
+    # 96 cores, no group takes it, and when a 104-core node of L4s joins, the L4 group does.
+    big = Demand(100_000, 0, GpuRequest(GpuKind.WHOLE, 1))
+    t4 = make_state(name="t4", gpus=2, model="T4", mode="mps", cpu_milli=104_000)
+    l4 = make_state(name="l4", gpus=8, model="L4", mode="mps", cpu_milli=96_000)
+    board = Board([t4, l4])
+    assert cluster_groups(board).allowed(big).tolist() == [True, False]
+    board.remove("t4")
+    assert cluster_groups(board).allowed(big).tolist() == [False, False]
+    board.put(make_state(name="t4", gpus=2, model="T4", mode="mps", cpu_milli=96_000))
+    assert cluster_groups(board).allowed(big).tolist() == [False, False]
+    assert cluster_groups(board).allowed(whole(("T4",))).tolist() == [True, False]
+    board.put(make_state(name="l4-big", gpus=8, model="L4", mode="mps", cpu_milli=104_000))
+    assert cluster_groups(board).allowed(big).tolist() == [False, True]
+    board.remove("l4-big")
+    assert cluster_groups(board).allowed(big).tolist() == [False, False]
+
+
 def test_the_classes_inside_an_allowed_set_are_its_proper_subsets() -> None:
     # MASKS: T4 only, T4|P100, anywhere. A pod of T4|P100 is priced for T4 only (not its own
     # class, not the flexible one); a pod allowed anywhere for both pinned classes; a T4-only
