@@ -35,6 +35,7 @@ from .quantity import cpu_milli
 from .request import DEFAULT_PREFIX, Demand, GpuKind, GpuRequest, parse_gpu_request
 from .state import NodeState
 
+MAX_SHAPES = 256  # the most shapes a typical workload learned from pods keeps (see from_demands)
 _STATES_KEPT = 8192  # node states whose profiles are kept (see Fragmentation.profiles)
 _MEMO_LIMIT = 200_000
 
@@ -46,12 +47,21 @@ class TypicalWorkload:
     shapes: tuple[tuple[Demand, float], ...]
 
     @staticmethod
-    def from_demands(demands: Iterable[Demand], coverage: float = 0.95) -> TypicalWorkload:
-        """The most popular shapes covering ``coverage`` of the pods, renormalised.
+    def from_demands(
+        demands: Iterable[Demand], coverage: float = 0.95, limit: int = MAX_SHAPES
+    ) -> TypicalWorkload:
+        """The most popular shapes covering ``coverage`` of the pods, at most ``limit`` of them,
+        renormalised.
 
         Shapes are keyed by CPU and GPU request (memory is not part of the key); equal
-        counts are ordered by the larger key, as the FGD authors' code does.
+        counts are ordered by the larger key, as the FGD authors' code does. The limit bounds
+        what every new GPU state costs (one capacity question per shape): where every pod asks
+        a GPU memory of its own, thousands of shapes would cover 95% of the pods, each seen a
+        few times. The workloads of the openb family choose far fewer (31-101 on the shared
+        traces, under 200 with nine in ten pods pinned to GPU models).
         """
+        if limit < 1:
+            raise ValueError(f"a typical workload needs a limit of at least one shape, got {limit}")
         counts: Counter[tuple[int, GpuRequest]] = Counter((d.cpu_milli, d.gpu) for d in demands)
         total = sum(counts.values())
         if total == 0:
@@ -66,7 +76,7 @@ class TypicalWorkload:
         for item in sorted(counts.items(), key=order, reverse=True):
             chosen.append(item)
             covered += item[1]
-            if covered >= coverage * total:
+            if covered >= coverage * total or len(chosen) == limit:
                 break
         return TypicalWorkload(tuple((Demand(cpu, 0, gpu), n / covered) for (cpu, gpu), n in chosen))
 

@@ -92,6 +92,21 @@ def test_typical_workload_from_demands_covers_95_percent() -> None:
     ]
 
 
+def test_a_typical_workload_keeps_at_most_its_limit_of_shapes() -> None:
+    # every pod a share of its own size (as when each asks a GPU memory of its own), the first
+    # 10 seen three times: 95% of the 320 pods would need 284 shapes; the limit keeps the most
+    # popular
+    demands = [share(m) for m in range(1, 11)] * 2 + [share(m) for m in range(1, 301)]
+    workload = TypicalWorkload.from_demands(demands)
+    assert len(workload.shapes) == fragmentation_module.MAX_SHAPES == 256
+    top = TypicalWorkload.from_demands(demands, limit=3)
+    # equal counts go to the larger key first: sizes 10, 9, 8 (three pods each), renormalised
+    assert [(d.gpu.fraction_milli, p) for d, p in top.shapes] == [(10, 1 / 3), (9, 1 / 3), (8, 1 / 3)]
+    assert sum(p for _, p in workload.shapes) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="limit of at least one shape"):
+        TypicalWorkload.from_demands(demands, limit=0)
+
+
 @pytest.mark.skipif(not OPENB.is_dir(), reason=f"the openb trace is not at {OPENB} (see the README)")
 def test_openb_default_empty_cluster_frag_rate_is_13_9_percent() -> None:
     nodes = []
