@@ -59,7 +59,7 @@ from .groups import Groups, device_group, node_group
 from .inventory import Device, Node
 from .policies.base import Policy, Reads, demand_key, reads, version
 from .request import MILLI, Demand, GpuKind, GpuRequest
-from .select import Placement, Scored, evaluate, finish, firsts, score_firsts
+from .select import NO_MOVE, Placement, Scored, evaluate, finish, firsts, score_firsts
 from .state import NodeState
 
 UNKNOWN_NODE = "node unknown to gpuslice"
@@ -832,9 +832,15 @@ class Board:
         hosts it, from the first GPU in that state, found from the board's device states
         instead of asking every GPU again. A policy with ``score_nodes`` scores them all at
         once when there are many (``_AT_ONCE_FROM`` nodes or more); else one with ``prepare``
-        is told every candidate first."""
+        is told every candidate first. A pod without a GPU request has one placement per node,
+        taking no GPU: a policy with ``score_without_gpu`` scores many such nodes at once."""
         gpu = demand.gpu
         prepare = getattr(policy, "prepare", None)
+        without_gpu = getattr(policy, "score_without_gpu", None)
+        if gpu.kind is GpuKind.NONE and without_gpu is not None and len(positions) >= _AT_ONCE_FROM:
+            # one placement per node, taking no GPU: no gap move
+            states = list(map(self._state, positions.tolist()))
+            return [Scored(score, NO_MOVE) for score in without_gpu(demand, states, self._devs[positions])]
         if gpu.kind is GpuKind.NONE or gpu.count > 1:
             found = [(state, gpu_fit(demand, state)) for state in map(self._state, positions.tolist())]
             candidates = [(state, firsts(state, got.allocations)) for state, got in found if got]

@@ -392,6 +392,10 @@ class Fragmentation:
             self._popularity[mask] = value
         return value
 
+    def cpu_levels(self) -> list[int]:
+        """The typical shapes' CPU requests, lowest first (:meth:`cpu_level` counts those that fit)."""
+        return self._cpu_levels
+
     def cpu_level(self, cpu_free: int) -> int:
         """How many typical shapes' CPU requests fit in ``cpu_free`` (F depends on CPU only so)."""
         return bisect_right(self._cpu_levels, cpu_free)
@@ -522,32 +526,10 @@ class Fragmentation:
             after.append((key, node, device, usage))
             if device.mode in shared and key not in devices:
                 pending[key] = (node, device, usage)
-        # the node states not kept yet: their GPUs' states, once per label
-        kept: list[_Kept | None] = []
-        for state in states:
-            found = self._by_state.get(id(state))
-            kept.append(found if found is not None and found.state is state else None)
-        fresh = [i for i, k in enumerate(kept) if k is None]
-        before: dict[int, tuple[tuple[Any, ...], Node, Device, DeviceUsage]] = {}
-        for i in fresh:
-            state = states[i]
-            node = state.node
-            for g, label in enumerate(labels[i, : len(node.devices)].tolist()):
-                if label not in before:
-                    device, usage = node.devices[g], state.usage[g]
-                    key = device_key(node, device, usage)
-                    before[label] = (key, node, device, usage)
-                    if device.mode in shared and key not in devices:
-                        pending[key] = (node, device, usage)
+        kept, before = self._unkept(states, labels, pending)
         if len(pending) >= 2:  # one state is as quickly asked alone
             self._profile_at_once(pending)
-        profile_before = {
-            label: devices.get(k) or self.device_profile(n, d, u) for label, (k, n, d, u) in before.items()
-        }
-        for i in fresh:
-            state = states[i]
-            row = labels[i, : len(state.node.devices)].tolist()
-            kept[i] = self._keep(state, [profile_before[label] for label in row])
+        held = self._keep_unkept(states, labels, kept, before)  # every node's, the fresh ones kept now
         profile_after = [devices.get(k) or self.device_profile(n, d, u) for k, n, d, u in after]
         # per node: its GPUs' free shares and profile numbers, and the multi-GPU shapes its
         # GPUs are too few for
@@ -560,10 +542,7 @@ class Fragmentation:
         rows: list[list[int]] = []
         too_few_ids: dict[int, int] = {}
         too_few_of: list[int] = []
-        held: list[_Kept] = []  # every node's kept state, now that the fresh ones are kept
-        for k in kept:
-            assert k is not None
-            held.append(k)
+        for k in held:
             if k.bit_ids is None or k.bit_ids[0] != self._numbering:
                 k.bit_ids = (self._numbering, [bit_ids.setdefault(b, len(bit_ids)) for _, b in k.profiles])
             frees.append([free for free, _ in k.profiles])
@@ -623,6 +602,73 @@ class Fragmentation:
         for j in range(width):
             total = total + terms[:, j]
         return total, free_after
+
+    def node_frags(self, states: Sequence[NodeState], labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`node_frag` and :meth:`free_share` of each of ``states`` (``labels``: per node
+        a label per GPU, as :class:`ShareCandidates` has them), the profiles of the states not
+        kept yet worked out once per label, the MPS and time-slicing ones at once."""
+        pending: dict[tuple[Any, ...], tuple[Node, Device, DeviceUsage]] = {}
+        kept, before = self._unkept(states, labels, pending)
+        if len(pending) >= 2:  # one state is as quickly asked alone
+            self._profile_at_once(pending)
+        frags, frees = [], []
+        for state, k in zip(states, self._keep_unkept(states, labels, kept, before), strict=True):
+            if k.frag is None:
+                k.frag = self.frag(k.profiles, state.cpu_free)
+            if k.free is None:
+                k.free = sum(free for free, _ in k.profiles)
+            frags.append(k.frag)
+            frees.append(k.free)
+        return np.array(frags, dtype=float), np.array(frees, dtype=np.int64)
+
+    def _unkept(
+        self,
+        states: Sequence[NodeState],
+        labels: np.ndarray,
+        pending: dict[tuple[Any, ...], tuple[Node, Device, DeviceUsage]],
+    ) -> tuple[list[_Kept | None], dict[int, tuple[tuple[Any, ...], Node, Device, DeviceUsage]]]:
+        """What is kept of each of ``states`` (None: nothing yet) and, once per label of the
+        GPUs of those not kept, its device state; the MPS and time-slicing states among them
+        not profiled yet are added to ``pending``."""
+        devices = self._devices
+        shared = (SharingMode.MPS, SharingMode.TIME_SLICING)
+        kept: list[_Kept | None] = []
+        for state in states:
+            found = self._by_state.get(id(state))
+            kept.append(found if found is not None and found.state is state else None)
+        before: dict[int, tuple[tuple[Any, ...], Node, Device, DeviceUsage]] = {}
+        for i, k in enumerate(kept):
+            if k is not None:
+                continue
+            state = states[i]
+            node = state.node
+            for g, label in enumerate(labels[i, : len(node.devices)].tolist()):
+                if label not in before:
+                    device, usage = node.devices[g], state.usage[g]
+                    key = device_key(node, device, usage)
+                    before[label] = (key, node, device, usage)
+                    if device.mode in shared and key not in devices:
+                        pending[key] = (node, device, usage)
+        return kept, before
+
+    def _keep_unkept(
+        self,
+        states: Sequence[NodeState],
+        labels: np.ndarray,
+        kept: list[_Kept | None],
+        before: dict[int, tuple[tuple[Any, ...], Node, Device, DeviceUsage]],
+    ) -> list[_Kept]:
+        """``kept`` (from :meth:`_unkept`) with the states not kept yet kept now, their GPUs'
+        profiles asked once per label."""
+        devices = self._devices
+        profile = {label: devices.get(k) or self.device_profile(n, d, u) for label, (k, n, d, u) in before.items()}
+        held: list[_Kept] = []
+        for i, k in enumerate(kept):
+            if k is None:
+                state = states[i]
+                k = self._keep(state, [profile[label] for label in labels[i, : len(state.node.devices)].tolist()])
+            held.append(k)
+        return held
 
     def _too_few_beside(self, kept: _Kept, g: int, bits_g: int) -> int:
         """:meth:`_too_few` of the state's GPUs with GPU ``g`` hosting ``bits_g`` instead: a

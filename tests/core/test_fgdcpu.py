@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from scheduler.core.fit import fit
@@ -210,3 +211,29 @@ def test_scores_at_once_take_the_tiebreak_among_equal_scores() -> None:
 
 def share(milli: int) -> Demand:
     return Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=milli))
+
+
+def test_a_pod_without_gpus_is_scored_on_many_nodes_at_once_as_one_by_one() -> None:
+    # Typical pods: one GPU with no CPU, one GPU with 8 cores (half each); stranding off, so F
+    # alone moves. tight (10 cores free, 2 idle GPUs): both typical pods fit, F = 0; a 4-core pod
+    # leaves 6 cores, the 8-core pod no longer fits, and each idle GPU becomes a fragment for
+    # it: F = 2 x 1000 x (1 - 0.5) = 1000, score = round(50 + 50 tanh(-1000 / 2000)) = 27.
+    # roomy (96 cores): the CPU level stays, F stays: 50.
+    shapes = (Shape(1.0, cpu=0, gpu_count="1"), Shape(1.0, cpu=8, gpu_count="1"))
+    policy = FgdCpu(FgdCpuOptions(shapes, stranding_weight=0.0, learn=False))
+    states = [
+        make_state(name="tight", gpus=2, mode="mps", cpu_milli=10_000),
+        make_state(name="roomy", gpus=2, mode="mps", cpu_milli=96_000),
+    ]
+    cpu_only = Demand(4_000, 0)
+    labels = np.array([[1, 1], [2, 2]])  # each node's two idle GPUs alike
+    at_once = policy.score_without_gpu(cpu_only, states, labels)
+    assert at_once == [27.0, 50.0]
+    one_by_one = [policy.score(cpu_only, s, fit(cpu_only, s).allocations[0]) for s in states]
+    assert at_once == one_by_one
+    # with stranding (r = 1 GPU per 4 cores): tight strands max(0, 2000 - 10000/4) = 0 before
+    # and max(0, 2000 - 6000/4) = 500 after: C rises by 1000 + 4 x 500 = 3000 -> round(50 + 50
+    # tanh(-1.5)) = 5; roomy strands nothing either way: 50
+    stranding = FgdCpu(FgdCpuOptions(shapes, learn=False))
+    assert stranding.score_without_gpu(cpu_only, states, labels) == [5.0, 50.0]
+    assert [stranding.score(cpu_only, s, fit(cpu_only, s).allocations[0]) for s in states] == [5.0, 50.0]

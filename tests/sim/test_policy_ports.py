@@ -10,6 +10,7 @@ import random
 
 import pytest
 
+from scheduler.core import board as board_module
 from scheduler.core.board import Board, Status
 from scheduler.core.fit import fit
 from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
@@ -222,12 +223,16 @@ def test_board_feasibility_follows_node_changes() -> None:
 # ---------------------------------------------------------------- the board equals the plain answers
 
 
-@pytest.mark.parametrize("slack", [4096, 0])
-def test_board_feasibility_and_scores_equal_plain_fit_and_rank(slack: int) -> None:
+@pytest.mark.parametrize(("slack", "at_once_from"), [(4096, 32), (0, 32), (4096, 1)])
+def test_board_feasibility_and_scores_equal_plain_fit_and_rank(
+    slack: int, at_once_from: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Random clusters and pods, applied and released at random: the board's outcomes equal
     ``fit`` node by node (its reason too), and its scores (kept per node stamp, shared between
     nodes in the same state) equal the plain ranking of every node, for every policy; also when
-    the board numbers its signatures and device states again and again."""
+    the board numbers its signatures and device states again and again, and when it asks the
+    policies that can score many nodes at once (``score_nodes``, ``score_without_gpu``) to do
+    so however few the nodes."""
     from scheduler.core.policies import REGISTRY
 
     rng = random.Random(11)
@@ -266,6 +271,7 @@ def test_board_feasibility_and_scores_equal_plain_fit_and_rank(slack: int) -> No
     board = Board(states, order)
     board._ID_SLACK = slack  # 0: signatures and device states numbered again at (nearly) every change
     placed: list[tuple[str, str]] = []
+    monkeypatch.setattr(board_module, "_AT_ONCE_FROM", at_once_from)
     for step in range(150):
         demand = rng.choice(demands)
         policy = rng.choice(policies)

@@ -44,6 +44,11 @@ Optional parts, found by their presence (a policy defines only what it needs):
     candidate the ``tiebreak`` picks among the best, then the first; (-1, -1) for no move),
     worked out at once. The board then asks it instead of ``score`` (and ``prepare``)
     placement by placement, and builds no placement per candidate.
+``score_without_gpu(demand, states, labels) -> scores``
+    For a pod that asks no GPU (one placement per node, taking only CPU and memory): per node
+    of ``states`` (with a label per GPU, as :class:`~scheduler.core.fragmentation.ShareCandidates`
+    has them), what ``score`` gives, exactly, worked out at once. The board then asks it
+    instead of ``score`` node by node (such a placement moves no gap).
 ``observe(demand)``
     Told of each pod once, at its first sight (online policies learn here), and
     ``version``, raised whenever what it learned changes its scores.

@@ -7,6 +7,8 @@ least free share left on the GPUs it takes). Packing keeps other nodes whole for
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from ..allocation import Allocation
@@ -47,6 +49,15 @@ class Binpack:
         """:meth:`score` of placements that take ``took`` milli-GPU, the same arithmetic over arrays."""
         used = capacity - gpu_free + took
         scores: np.ndarray = np.trunc(100.0 * np.minimum(capacity, used) / capacity)
+        return scores
+
+    def score_without_gpu(self, demand: Demand, states: Sequence[NodeState], labels: np.ndarray) -> list[float]:
+        """:meth:`score` of a pod that asks no GPU on each of ``states``: the node's CPU in use
+        once it is placed, the same arithmetic over arrays (``labels`` unread)."""
+        cpu = np.array([state.node.cpu_milli for state in states], dtype=np.int64)
+        used = np.array([state.cpu_milli for state in states], dtype=np.int64) + demand.cpu_milli
+        percent = np.divide(100.0 * used, cpu, out=np.zeros(len(states)), where=cpu > 0)
+        scores: list[float] = np.trunc(percent).tolist()
         return scores
 
 

@@ -215,6 +215,27 @@ class FgdCpu:
             )
         ]
 
+    def score_without_gpu(self, demand: Demand, states: Sequence[NodeState], labels: np.ndarray) -> list[float]:
+        """Per node of ``states``, :meth:`score` of placing ``demand`` (a pod that asks no GPU:
+        one placement per node, taking only CPU and memory) there, worked out at once: F
+        moves only on the nodes where the pod's CPU lowers the CPU level (how many typical
+        shapes' CPU still fits), and the stranded GPU by the CPU the pod takes. The same
+        arithmetic as one by one, over arrays."""
+        frag = self.fragmentation
+        frag_before, gpu_free = frag.node_frags(states, labels)
+        cpu_free = np.array([state.cpu_free for state in states], dtype=np.int64)
+        cpu_after = cpu_free - demand.cpu_milli
+        levels = np.array(frag.cpu_levels(), dtype=np.int64)
+        moved = np.searchsorted(levels, cpu_after, side="right") != np.searchsorted(levels, cpu_free, side="right")
+        frag_after = frag_before.copy()
+        for k in np.flatnonzero(moved).tolist():
+            frag_after[k] = frag.frag(frag.profiles(states[k]), int(cpu_after[k]))
+        before, after = frag_before, frag_after
+        if self.ratio:  # the GPU stranded before and after (the pod takes no GPU)
+            before = before + self.stranding_weight * np.maximum(0.0, gpu_free - self.ratio * cpu_free)
+            after = after + self.stranding_weight * np.maximum(0.0, gpu_free - self.ratio * cpu_after)
+        return [self._score(fall) for fall in (before - after).tolist()]
+
     def tiebreak(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
         """Inside the node the lowest cost wins, not just the best rounded score."""
         return self._costs(state, allocation)[1]
