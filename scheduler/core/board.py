@@ -45,9 +45,11 @@ from .capacity import (
     usage_row,
 )
 from .fit import (
+    Fit,
     counted_reason,
     device_share,
     fit,
+    fit_options,
     gpu_fit,
     host_reason,
     kind_reason,
@@ -243,6 +245,17 @@ def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     inverse = np.empty(len(rows), dtype=np.int64)
     inverse[order] = np.cumsum(new) - 1
     return ranked[new], order[new], inverse
+
+
+def _share_on(gpu: GpuRequest, state: NodeState, g: int, by_arrays: bool) -> DeviceShare:
+    """The share ``gpu`` takes of GPU ``g`` of the node, which hosts it (``by_arrays``: a state
+    the rules of arrays answer, where the share is exactly what is asked)."""
+    node = state.node
+    if by_arrays:
+        return sharing_share(gpu, node.devices[g])
+    answer = device_share(gpu, node, node.devices[g], state.usage[g])
+    assert not isinstance(answer, Refusal), answer  # the device state hosts it
+    return answer
 
 
 def _signature(kind: int, state: NodeState) -> Hashable:
@@ -842,7 +855,11 @@ class Board:
             states = list(map(self._state, positions.tolist()))
             return [Scored(score, NO_MOVE) for score in without_gpu(demand, states, self._devs[positions])]
         if gpu.kind is GpuKind.NONE or gpu.count > 1:
-            found = [(state, gpu_fit(demand, state)) for state in map(self._state, positions.tolist())]
+            found = (
+                [(state, gpu_fit(demand, state)) for state in map(self._state, positions.tolist())]
+                if gpu.kind is GpuKind.NONE
+                else self._several_fits(demand, positions)
+            )
             candidates = [(state, firsts(state, got.allocations)) for state, got in found if got]
             if prepare is not None:
                 prepare(demand, [(state, alloc) for state, allocs in candidates for alloc in allocs])
@@ -866,17 +883,28 @@ class Board:
             for g, device_id in enumerate(row[: len(node.devices)]):
                 if hosting[g] and device_id not in seen:
                     seen.add(device_id)
-                    if asked[g]:
-                        share = sharing_share(gpu, node.devices[g])
-                    else:
-                        answer = device_share(gpu, node, node.devices[g], state.usage[g])
-                        assert not isinstance(answer, Refusal), answer  # the device state hosts it
-                        share = answer
+                    share = _share_on(gpu, state, g, asked[g])
                     mine.append(Allocation(node.name, (share,), demand.cpu_milli, demand.memory_mib))
             nodes.append((state, mine))
         if prepare is not None:
             prepare(demand, [(state, alloc) for state, allocs in nodes for alloc in allocs])
         return [score_firsts(policy, demand, state, allocs) for state, allocs in nodes]
+
+    def _several_fits(self, demand: Demand, positions: np.ndarray) -> list[tuple[NodeState, Fit]]:
+        """:func:`~.fit.gpu_fit` of a request of several GPUs on each of ``positions`` (where
+        enough GPUs host one of its shares), its options found from the board's hosting table
+        (one share per hosting GPU, in device order) instead of asking every GPU again."""
+        gpu = demand.gpu
+        rows = self._devs[positions]
+        hosts = self._hosted(gpu, rows).hosts[rows].tolist()
+        sharing = self._by_arrays(gpu, rows).tolist()
+        found: list[tuple[NodeState, Fit]] = []
+        for i, hosting, asked in zip(positions.tolist(), hosts, sharing, strict=True):
+            state = self._state(i)
+            options = [_share_on(gpu, state, g, asked[g]) for g in range(len(state.node.devices)) if hosting[g]]
+            enough = len(options) >= gpu.count  # as _gpu_fits counted; else fit's own reason
+            found.append((state, fit_options(demand, state.node, options) if enough else gpu_fit(demand, state)))
+        return found
 
     def _candidates(
         self, gpu: GpuRequest, positions: np.ndarray, rows: np.ndarray, hosts: np.ndarray

@@ -328,6 +328,14 @@ def gpu_fit(demand: Demand, state: NodeState) -> Fit:
     options, refusals = gpu_options(gpu, state)
     if len(options) < max(1, gpu.count):
         return Fit(reason=shortage(gpu, node, len(options), refusals))
+    return fit_options(demand, node, options)
+
+
+def fit_options(demand: Demand, node: Node, options: list[DeviceShare]) -> Fit:
+    """The allocations of ``demand``'s GPU request on ``node`` from ``options``, one share per
+    GPU that can host it, in device order (:func:`gpu_options`' own; at least as many as the
+    request's GPUs): one allocation per option for a single GPU, else the GPUs chosen."""
+    gpu = demand.gpu
     if gpu.count <= 1:
         return Fit(tuple(Allocation(node.name, (s,), demand.cpu_milli, demand.memory_mib) for s in options))
     indices = [s.index for s in options]

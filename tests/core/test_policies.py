@@ -243,3 +243,28 @@ def test_a_node_is_scored_by_the_share_that_takes_the_most(name: str) -> None:
     assert on_the_a100.shares[0].index == 0 and policy.score(demand, state, on_the_a100) < placed.score
     # the board scores every node at once (score_took); one node normalises to its own score
     assert Board([state]).scores(policy, demand).tolist() == [placed.score]
+
+
+@pytest.mark.parametrize("name", ["fgd", "fgd-cpu", "fgd-reserve", "binpack", "bestfit"])
+def test_the_board_scores_several_whole_gpus_on_the_gpus_fit_would_take(name: str) -> None:
+    # Two whole GPUs: on "used", GPU 0 holds half a GPU, so fit takes GPUs 1 and 2 (idle) and
+    # leaves the half-used one beside GPU 3; on "idle", GPUs 0 and 1; on "exclusive", GPU 1 is
+    # taken, so GPUs 0 and 2; "short" has one idle GPU only. The board finds the GPUs from its
+    # table of which GPU states host the request: its scores are the plain ranking's.
+    half = Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=500))
+    used = make_state(name="used", gpus=4, mode="mps")
+    used = used.apply("half", fit(half, used).allocations[0])
+    short = make_state(name="short", gpus=2, mode="mps")
+    short = short.apply("half", fit(half, short).allocations[0])
+    exclusive = make_state(name="exclusive", gpus=3, mode="exclusive")
+    one = Demand(0, 0, GpuRequest(GpuKind.WHOLE, 1))
+    exclusive = exclusive.apply("one", fit(one, exclusive).allocations[1])  # GPU 1
+    states = [used, make_state(name="idle", gpus=4, mode="mps"), exclusive, short]
+    two = Demand(0, 0, GpuRequest(GpuKind.WHOLE, 2))
+    policy = make_policy_for(name, workload=TypicalWorkload(((half, 0.5), (two, 0.5))))
+    expected = {p.node: p.score for p in rank(policy, two, states).placements}
+    assert set(expected) == {"used", "idle", "exclusive"}
+    assert [f.milli for f in used.frees] == [500, 1000, 1000, 1000]  # the half share sits on GPU 0
+    assert [f.milli for f in exclusive.frees] == [1000, 0, 1000]
+    got = Board(states).scores(policy, two)
+    assert got.tolist() == [expected["used"], expected["idle"], expected["exclusive"], -np.inf]
