@@ -47,9 +47,7 @@ class TypicalWorkload:
     shapes: tuple[tuple[Demand, float], ...]
 
     @staticmethod
-    def from_demands(
-        demands: Iterable[Demand], coverage: float = 0.95, limit: int = MAX_SHAPES
-    ) -> TypicalWorkload:
+    def from_demands(demands: Iterable[Demand], coverage: float = 0.95, limit: int = MAX_SHAPES) -> TypicalWorkload:
         """The most popular shapes covering ``coverage`` of the pods, at most ``limit`` of them,
         renormalised.
 
