@@ -437,9 +437,14 @@ class Fragmentation:
             at_least = self._counts[bits] = self._at_least(bits, max(self._multi_by_count) + 1)
         return at_least
 
-    def _kept(self, state: NodeState) -> _Kept:
+    def _held(self, state: NodeState) -> _Kept | None:
+        """What is kept of ``state`` (None: nothing yet)."""
         kept = self._by_state.get(id(state))
-        if kept is not None and kept.state is state:
+        return kept if kept is not None and kept.state is state else None
+
+    def _kept(self, state: NodeState) -> _Kept:
+        kept = self._held(state)
+        if kept is not None:
             return kept
         node = state.node
         return self._keep(
@@ -458,14 +463,19 @@ class Fragmentation:
 
     def node_frag(self, state: NodeState) -> float:
         """F_n(M) of the node as it stands (kept with its profiles: every shape asks it)."""
-        kept = self._kept(state)
-        if kept.frag is None:
-            kept.frag = self.frag(kept.profiles, state.cpu_free)
-        return kept.frag
+        return self._frag_of(self._kept(state))
 
     def free_share(self, state: NodeState) -> int:
         """The node's free milli-GPU, the sum of its GPUs' (kept with its profiles)."""
-        kept = self._kept(state)
+        return self._free_of(self._kept(state))
+
+    def _frag_of(self, kept: _Kept) -> float:
+        if kept.frag is None:
+            kept.frag = self.frag(kept.profiles, kept.state.cpu_free)
+        return kept.frag
+
+    @staticmethod
+    def _free_of(kept: _Kept) -> int:
         if kept.free is None:
             kept.free = sum(free for free, _ in kept.profiles)
         return kept.free
@@ -609,15 +619,9 @@ class Fragmentation:
         kept, before = self._unkept(states, labels, pending)
         if len(pending) >= 2:  # one state is as quickly asked alone
             self._profile_at_once(pending)
-        frags, frees = [], []
-        for state, k in zip(states, self._keep_unkept(states, labels, kept, before), strict=True):
-            if k.frag is None:
-                k.frag = self.frag(k.profiles, state.cpu_free)
-            if k.free is None:
-                k.free = sum(free for free, _ in k.profiles)
-            frags.append(k.frag)
-            frees.append(k.free)
-        return np.array(frags, dtype=float), np.array(frees, dtype=np.int64)
+        held = self._keep_unkept(states, labels, kept, before)
+        frags = np.array([self._frag_of(k) for k in held], dtype=float)
+        return frags, np.array([self._free_of(k) for k in held], dtype=np.int64)
 
     def _unkept(
         self,
@@ -630,10 +634,7 @@ class Fragmentation:
         not profiled yet are added to ``pending``."""
         devices = self._devices
         shared = (SharingMode.MPS, SharingMode.TIME_SLICING)
-        kept: list[_Kept | None] = []
-        for state in states:
-            found = self._by_state.get(id(state))
-            kept.append(found if found is not None and found.state is state else None)
+        kept = [self._held(state) for state in states]
         before: dict[int, tuple[tuple[Any, ...], Node, Device, DeviceUsage]] = {}
         for i, k in enumerate(kept):
             if k is not None:

@@ -188,18 +188,14 @@ class FgdCpu:
         frag = self.fragmentation
         states, node, gpu = batch.states, batch.node, batch.gpu
         frags, free_after = frag.frags_after_shares(batch, demand.cpu_milli)
-        gpu_free = [frag.free_share(state) for state in states]
-        cost = [
-            frag.node_frag(state) + self.stranding_weight * self.stranded(free, state.cpu_free)
-            for state, free in zip(states, gpu_free, strict=True)
-        ]
+        cost, _, gpu_free, cpu_free = self._costs_before(states, batch.labels)  # every state kept now
         took = {label: share_milli(share) for label, share in batch.shares.items()}
         labels = batch.labels[node, gpu]
-        left = np.array(gpu_free, dtype=np.int64)[node] - np.array([took[k] for k in labels.tolist()], dtype=np.int64)
-        cpu_after = np.array([state.cpu_free for state in states], dtype=np.int64)[node] - demand.cpu_milli
+        left = gpu_free[node] - np.array([took[k] for k in labels.tolist()], dtype=np.int64)
+        cpu_after = cpu_free[node] - demand.cpu_milli
         stranded = np.maximum(0.0, left - self.ratio * cpu_after) if self.ratio else 0.0
         after = frags + self.stranding_weight * stranded
-        falls = np.array(cost)[node] - after
+        falls = cost[node] - after
         scores = np.array([self._score(fall) for fall in falls.tolist()])
         # per node: the best score, the lowest cost among those, then the first
         order = np.lexsort((np.arange(len(node)), after, -scores, node))
@@ -222,19 +218,28 @@ class FgdCpu:
         shapes' CPU still fits), and the stranded GPU by the CPU the pod takes. The same
         arithmetic as one by one, over arrays."""
         frag = self.fragmentation
-        frag_before, gpu_free = frag.node_frags(states, labels)
-        cpu_free = np.array([state.cpu_free for state in states], dtype=np.int64)
+        before, frag_before, gpu_free, cpu_free = self._costs_before(states, labels)
         cpu_after = cpu_free - demand.cpu_milli
         levels = np.array(frag.cpu_levels(), dtype=np.int64)
         moved = np.searchsorted(levels, cpu_after, side="right") != np.searchsorted(levels, cpu_free, side="right")
-        frag_after = frag_before.copy()
+        after = frag_before.copy()
         for k in np.flatnonzero(moved).tolist():
-            frag_after[k] = frag.frag(frag.profiles(states[k]), int(cpu_after[k]))
-        before, after = frag_before, frag_after
-        if self.ratio:  # the GPU stranded before and after (the pod takes no GPU)
-            before = before + self.stranding_weight * np.maximum(0.0, gpu_free - self.ratio * cpu_free)
+            after[k] = frag.frag(frag.profiles(states[k]), int(cpu_after[k]))
+        if self.ratio:  # the GPU stranded after (the pod takes no GPU)
             after = after + self.stranding_weight * np.maximum(0.0, gpu_free - self.ratio * cpu_after)
         return [self._score(fall) for fall in (before - after).tolist()]
+
+    def _costs_before(
+        self, states: Sequence[NodeState], labels: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per node of ``states`` (``labels`` as :class:`ShareCandidates` has them): C before
+        (:meth:`_costs`' arithmetic over arrays), F, the free milli-GPU and the free milli-CPU."""
+        frag_before, gpu_free = self.fragmentation.node_frags(states, labels)
+        cpu_free = np.array([state.cpu_free for state in states], dtype=np.int64)
+        cost = frag_before
+        if self.ratio:
+            cost = cost + self.stranding_weight * np.maximum(0.0, gpu_free - self.ratio * cpu_free)
+        return cost, frag_before, gpu_free, cpu_free
 
     def tiebreak(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
         """Inside the node the lowest cost wins, not just the best rounded score."""
