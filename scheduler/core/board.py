@@ -247,13 +247,12 @@ def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return ranked[new], order[new], inverse
 
 
-def _share_on(gpu: GpuRequest, state: NodeState, g: int, by_arrays: bool) -> DeviceShare:
-    """The share ``gpu`` takes of GPU ``g`` of the node, which hosts it (``by_arrays``: a state
-    the rules of arrays answer, where the share is exactly what is asked)."""
-    node = state.node
+def _share_on(gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage, by_arrays: bool) -> DeviceShare:
+    """The share ``gpu`` takes of ``device`` beside ``usage``, which hosts it (``by_arrays``: a
+    state the rules of arrays answer, where the share is exactly what is asked)."""
     if by_arrays:
-        return sharing_share(gpu, node.devices[g])
-    answer = device_share(gpu, node, node.devices[g], state.usage[g])
+        return sharing_share(gpu, device)
+    answer = device_share(gpu, node, device, usage)
     assert not isinstance(answer, Refusal), answer  # the device state hosts it
     return answer
 
@@ -883,7 +882,7 @@ class Board:
             for g, device_id in enumerate(row[: len(node.devices)]):
                 if hosting[g] and device_id not in seen:
                     seen.add(device_id)
-                    share = _share_on(gpu, state, g, asked[g])
+                    share = _share_on(gpu, node, node.devices[g], state.usage[g], asked[g])
                     mine.append(Allocation(node.name, (share,), demand.cpu_milli, demand.memory_mib))
             nodes.append((state, mine))
         if prepare is not None:
@@ -901,9 +900,14 @@ class Board:
         found: list[tuple[NodeState, Fit]] = []
         for i, hosting, asked in zip(positions.tolist(), hosts, sharing, strict=True):
             state = self._state(i)
-            options = [_share_on(gpu, state, g, asked[g]) for g in range(len(state.node.devices)) if hosting[g]]
+            node = state.node
+            options = [
+                _share_on(gpu, node, device, state.usage[g], asked[g])
+                for g, device in enumerate(node.devices)
+                if hosting[g]
+            ]
             enough = len(options) >= gpu.count  # as _gpu_fits counted; else fit's own reason
-            found.append((state, fit_options(demand, state.node, options) if enough else gpu_fit(demand, state)))
+            found.append((state, fit_options(demand, node, options) if enough else gpu_fit(demand, state)))
         return found
 
     def _candidates(
@@ -926,12 +930,7 @@ class Board:
             entry = self._dev_states[device_id]
             assert entry is not None
             host, device, usage = entry
-            if by_arrays:  # the rules of arrays: exactly what is asked
-                shares[device_id] = sharing_share(gpu, device)
-            else:
-                answer = device_share(gpu, host, device, usage)
-                assert not isinstance(answer, Refusal), answer  # the device state hosts it
-                shares[device_id] = answer
+            shares[device_id] = _share_on(gpu, host, device, usage, by_arrays)
         return ShareCandidates(states, rows, node, column, shares)
 
     def _raw(self, policy: Policy, demand: Demand, positions: np.ndarray | None) -> tuple[np.ndarray, _ScoreTable]:
