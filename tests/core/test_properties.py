@@ -645,12 +645,16 @@ def test_the_board_scores_many_nodes_at_once_as_one_by_one(
     label): its finished scores, which read the gap moves too, must be those of scoring the
     same candidates one by one, as nodes change."""
     states = _busy_states(drawn, warmup, 0)
-    policy = make_policy(name)
+    # one policy per board, told the same: a policy learns from what it is asked (fgd-reserve
+    # follows the CPU the pods ask and the GPU the cluster frees between calls), so a policy
+    # shared by the two boards would be asked by the second in another state than by the first
+    policy, twin = make_policy(name), make_policy(name)
     at_once, one_by_one = Board(states), Board(states)
     with patch.object(board_module, "_AT_ONCE_FROM", 1):  # the tests' clusters are small
         for k, demand in enumerate(asked):
             policy.observe(demand)  # type: ignore[attr-defined]
-            expected = one_by_one.scores(_NodeByNode(policy), demand)  # type: ignore[arg-type]
+            twin.observe(demand)  # type: ignore[attr-defined]
+            expected = one_by_one.scores(_NodeByNode(twin), demand)  # type: ignore[arg-type]
             assert at_once.scores(policy, demand).tolist() == expected.tolist(), demand
             placed = fit(demand, states[-1])
             if placed:
