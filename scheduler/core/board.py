@@ -38,6 +38,7 @@ from .capacity import (
     DeviceUsage,
     Refusal,
     device_key,
+    rows_add_share,
     rows_fit,
     rows_refusals,
     rows_refused_free,
@@ -925,13 +926,19 @@ class Board:
             first[:, g] &= (rows[:, :g] != rows[:, g : g + 1]).all(axis=1)
         node, column = np.nonzero(first)
         placed = np.unique(rows[node, column])
+        arrayable = self._by_arrays(gpu, placed)
         shares: dict[int, DeviceShare] = {}
-        for device_id, by_arrays in zip(placed.tolist(), self._by_arrays(gpu, placed).tolist(), strict=True):
+        for device_id, by_arrays in zip(placed.tolist(), arrayable.tolist(), strict=True):
             entry = self._dev_states[device_id]
             assert entry is not None
             host, device, usage = entry
             shares[device_id] = _share_on(gpu, host, device, usage, by_arrays)
-        return ShareCandidates(states, rows, node, column, shares)
+        after = None
+        if arrayable.any():  # what those states become, as rows (see ShareCandidates.after)
+            ids = placed[arrayable]
+            usage_rows, _, memory, compute = self._state_shares(gpu, ids)
+            after = (ids, np.column_stack([self._dev_table()[ids, 0], rows_add_share(usage_rows, memory, compute)]))
+        return ShareCandidates(states, rows, node, column, shares, after)
 
     def _raw(self, policy: Policy, demand: Demand, positions: np.ndarray | None) -> tuple[np.ndarray, _ScoreTable]:
         """Raw scores per position (None: every position, in order, free ones never fitting),

@@ -253,6 +253,19 @@ def rows_free_milli(rows: np.ndarray, mps: bool) -> np.ndarray:
 NO_SUCH_SHARE, NOT_FREE, NO_CLIENT, COMPUTE_SHORT, MEMORY_SHORT, STRAY_SHORT = range(6)
 
 
+def rows_add_share(rows: np.ndarray, memory_mib: np.ndarray, compute_milli: np.ndarray) -> np.ndarray:
+    """:func:`usage_row` of :func:`add_share` over arrays: the rows (one per MPS or time-slicing
+    GPU state, as :func:`usage_row` writes them) once one share of ``memory_mib[i]`` and
+    ``compute_milli[i]`` (not a MIG instance) is added to each. A share of the whole GPU marks
+    it whole, as :func:`is_whole` does."""
+    after = rows.copy()
+    after[:, 5] += memory_mib
+    after[:, 6] += compute_milli
+    after[:, 7] += 1
+    after[:, 8] |= ((memory_mib >= rows[:, 1]) & (compute_milli >= MILLI)).astype(after.dtype)
+    return after
+
+
 def rows_refused_rule(rows: np.ndarray, memory_mib: np.ndarray, compute_milli: np.ndarray) -> np.ndarray:
     """Per share that does not fit the GPU state of ``rows[i]`` (see :func:`rows_fit`): the
     first rule it breaks, as :func:`refusal` then :func:`stray_refusal` ask them (no share of

@@ -22,7 +22,7 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -227,6 +227,10 @@ class ShareCandidates:
     node: np.ndarray  # per candidate, the index of its node in states
     gpu: np.ndarray  # per candidate, the GPU it places the share on
     shares: Mapping[int, DeviceShare]
+    # Optionally, for some labels (sorted), the :func:`~.capacity.usage_row` of their GPU once
+    # the share is placed, after the device kind: the after-states of MPS and time-slicing GPUs
+    # are then profiled from these rows at once, without building each state
+    after: tuple[np.ndarray, np.ndarray] | None = None
 
 
 class Fragmentation:
@@ -372,16 +376,47 @@ class Fragmentation:
             by_kind.setdefault(device.kind, []).append(key)
         for keys in by_kind.values():
             device = pending[keys[0]][1]
-            arrays = self._share_arrays(device)
-            if arrays is None or not device.healthy:  # one kind: one health
-                continue
-            selected, memory, compute = arrays
             rows = np.array([usage_row(*pending[key]) for key in keys], dtype=np.int64)
-            fits = rows_fit(tuple(rows.T[:, :, None]), memory, compute)  # [state, shape]
-            packed = np.packbits(fits & selected, axis=1, bitorder="little")
-            frees = rows_free_milli(rows, device.mode is SharingMode.MPS).tolist()
-            for key, free, row in zip(keys, frees, packed, strict=True):
-                devices[key] = (free, int.from_bytes(row.tobytes(), "little"))
+            found = self._profiles_of_rows(device, rows)
+            if found is not None:
+                devices.update(zip(keys, found, strict=True))
+
+    def _profiles_of_rows(self, device: Device, rows: np.ndarray) -> list[tuple[int, int]] | None:
+        """:meth:`device_profile` of GPU states of ``device``'s kind given as
+        :func:`~.capacity.usage_row` rows, every state against every typical shape in one
+        question of arrays; None where the rules of arrays do not answer (MIG and exclusive
+        GPUs, an unhealthy kind)."""
+        arrays = self._share_arrays(device)
+        if arrays is None or not device.healthy:  # one kind: one health
+            return None
+        selected, memory, compute = arrays
+        fits = rows_fit(tuple(rows.T[:, :, None]), memory, compute)  # [state, shape]
+        packed = np.packbits(fits & selected, axis=1, bitorder="little")
+        frees = rows_free_milli(rows, device.mode is SharingMode.MPS).tolist()
+        return [(free, int.from_bytes(row.tobytes(), "little")) for free, row in zip(frees, packed, strict=True)]
+
+    def _profiles_after(
+        self, batch: ShareCandidates, placed: np.ndarray, first: list[int]
+    ) -> list[tuple[int, int] | None]:
+        """Per label of ``placed`` (its first candidate ``first``), the profile of its GPU once
+        the share is placed, where the batch gives that GPU's row after (``after``); None for
+        the others."""
+        found: list[tuple[int, int] | None] = [None] * len(placed)
+        if batch.after is None or not len(placed):
+            return found
+        ids, rows = batch.after
+        at = np.minimum(np.searchsorted(ids, placed), max(0, len(ids) - 1))
+        given = np.flatnonzero(ids[at] == placed) if len(ids) else np.zeros(0, dtype=np.int64)
+        kinds = rows[at[given], 0]
+        for kind in np.unique(kinds).tolist():
+            mine = given[kinds == kind]
+            c = first[int(mine[0])]
+            device = batch.states[int(batch.node[c])].node.devices[int(batch.gpu[c])]
+            profiles = self._profiles_of_rows(device, rows[at[mine], 1:])
+            if profiles is not None:
+                for u, profile in zip(mine.tolist(), profiles, strict=True):
+                    found[u] = profile
+        return found
 
     def _p(self, mask: int) -> float:
         value = self._popularity.get(mask)
@@ -522,23 +557,29 @@ class Fragmentation:
         devices = self._devices
         shared = (SharingMode.MPS, SharingMode.TIME_SLICING)
         pending: dict[tuple[Any, ...], tuple[Node, Device, DeviceUsage]] = {}
-        # what each candidate GPU becomes: once per label
+        # what each candidate GPU becomes: once per label; from the batch's rows where it has them
         placed, first, inverse = np.unique(labels[batch.node, batch.gpu], return_index=True, return_inverse=True)
-        after: list[tuple[tuple[Any, ...], Node, Device, DeviceUsage]] = []
-        for label, c in zip(placed.tolist(), first.tolist(), strict=True):
+        first_of = first.tolist()
+        profile_after = self._profiles_after(batch, placed, first_of)
+        after: list[tuple[int, tuple[Any, ...], Node, Device, DeviceUsage]] = []
+        for u, (label, c) in enumerate(zip(placed.tolist(), first_of, strict=True)):
+            if profile_after[u] is not None:
+                continue
             state, g = states[node_of[c]], gpu_of[c]
             node = state.node
             device = node.devices[g]
             usage = add_share(device, state.usage[g], batch.shares[label])
             key = device_key(node, device, usage)
-            after.append((key, node, device, usage))
+            after.append((u, key, node, device, usage))
             if device.mode in shared and key not in devices:
                 pending[key] = (node, device, usage)
         kept, before = self._unkept(states, labels, pending)
         if len(pending) >= 2:  # one state is as quickly asked alone
             self._profile_at_once(pending)
         held = self._keep_unkept(states, labels, kept, before)  # every node's, the fresh ones kept now
-        profile_after = [devices.get(k) or self.device_profile(n, d, u) for k, n, d, u in after]
+        for u, key, node, device, usage in after:
+            profile_after[u] = devices.get(key) or self.device_profile(node, device, usage)
+        profiles = cast(list[tuple[int, int]], profile_after)  # every label's now
         # per node: its GPUs' free shares and profile numbers, and the multi-GPU shapes its
         # GPUs are too few for
         if len(self._bit_ids) > _MEMO_LIMIT:
@@ -561,8 +602,8 @@ class Fragmentation:
                         k.at_least = self._counts_of(tuple([b for _, b in k.profiles]))
                     k.too_few = self._too_few_of(k.at_least)
                 too_few_of.append(too_few_ids.setdefault(k.too_few, len(too_few_ids)))
-        free_after = np.array([free for free, _ in profile_after], dtype=np.int64)[inverse]
-        id_after = np.array([bit_ids.setdefault(b, len(bit_ids)) for _, b in profile_after], dtype=np.int64)[inverse]
+        free_after = np.array([free for free, _ in profiles], dtype=np.int64)[inverse]
+        id_after = np.array([bit_ids.setdefault(b, len(bit_ids)) for _, b in profiles], dtype=np.int64)[inverse]
         # which shapes stay feasible: by the node's CPU level after the pod, and the multi-GPU
         # shapes too few GPUs host (the node's own, unless the GPU placed on gains or loses one)
         cpu_after = np.array([state.cpu_free for state in states], dtype=np.int64) - cpu_milli
@@ -571,11 +612,11 @@ class Fragmentation:
             few = np.array(too_few_of, dtype=np.int64)[batch.node]
             multi_mask = self._multi_mask
             moved = [
-                bool((held[node_of[c]].profiles[gpu_of[c]][1] ^ profile_after[u][1]) & multi_mask)
-                for u, c in enumerate(first.tolist())
+                bool((held[node_of[c]].profiles[gpu_of[c]][1] ^ profiles[u][1]) & multi_mask)
+                for u, c in enumerate(first_of)
             ]
             for c in np.flatnonzero(np.array(moved, dtype=bool)[inverse]).tolist():
-                value = self._too_few_beside(held[node_of[c]], gpu_of[c], profile_after[inverse[c]][1])
+                value = self._too_few_beside(held[node_of[c]], gpu_of[c], profiles[inverse[c]][1])
                 few[c] = too_few_ids.setdefault(value, len(too_few_ids))
             values = list(too_few_ids)
         else:

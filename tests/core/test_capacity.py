@@ -14,8 +14,10 @@ from scheduler.core.capacity import (
     STRAY_SHORT,
     DeviceUsage,
     Refusal,
+    add_share,
     free_milli,
     refusal,
+    rows_add_share,
     rows_fit,
     rows_free_milli,
     rows_refusals,
@@ -215,6 +217,7 @@ def test_shares_fit_answers_as_refusal_share_by_share(mode: str, oversub: int, s
     frees: list[int] = []
     whys: list[Refusal | None] = []
     free_shares: list[int] = []
+    usages: list[DeviceUsage] = []
     for used_memory in sizes:
         for used_compute in computes:
             for shares in range(5):
@@ -223,6 +226,7 @@ def test_shares_fit_answers_as_refusal_share_by_share(mode: str, oversub: int, s
                     got = shares_fit(node, device, usage, memory, compute)
                     assert got is not None
                     rows.append(usage_row(node, device, usage))
+                    usages.append(usage)
                     free_shares.append(free_milli(node, device, usage))
                     for k, (m, c) in enumerate(grid):
                         share = DeviceShare(device.uuid, 0, device.mode, m, c)
@@ -256,6 +260,15 @@ def test_shares_fit_answers_as_refusal_share_by_share(mode: str, oversub: int, s
     rules = rows_refused_rule(states, np.tile(memory, len(rows)), np.tile(compute, len(rows)))
     answerable = {MEMORY_SHORT} | ({COMPUTE_SHORT} if mode == "mps" else set()) | ({STRAY_SHORT} if stray else set())
     assert {int(rules[k]) for k in answered} == answerable  # every such rule met, and only those
+    # and each state once a share is added, as add_share then usage_row write it (whole or not)
+    placed = rows_add_share(states, np.tile(memory, len(rows)), np.tile(compute, len(rows)))
+    added = [
+        usage_row(node, device, add_share(device, usage, DeviceShare(device.uuid, 0, device.mode, m, c)))
+        for usage in usages
+        for m, c in grid
+    ]
+    assert placed.tolist() == [list(row) for row in added]
+    assert {row[8] for row in added} == {0, 1}
 
 
 def test_shares_fit_leaves_other_modes_and_unhealthy_gpus_to_refusal() -> None:
