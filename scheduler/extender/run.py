@@ -95,9 +95,15 @@ class Service:
 def _sync(server: Server, source: str) -> None:
     """The backend's first full sync; on failure, stop the server with the reason."""
     extender = server.extender
+    # The first sync builds the whole cache, and the collector, run as it grew, walked all of
+    # it again every time it had grown by a quarter: at 5,000 nodes and 42,500 pods, eleven
+    # full collections and 3.7 s of a start of about 10 s. It is paused until the sync is in;
+    # _freeze_when_synced then collects once and starts it again (as does a failed sync).
+    gc.disable()
     try:
         extender.start()
     except Exception as exc:  # whatever it is, the process must stop and say why
+        gc.enable()
         log.error("first sync failed", extra={"backend": source, "reason": str(exc)})
         server.sync_error = exc
         server.stop_soon()
@@ -134,6 +140,7 @@ def _freeze_when_synced(backend: Backend) -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    gc.enable()  # paused by _sync during the first sync
 
 
 def _announce(server: Server, demo: DemoPlan | None) -> None:
