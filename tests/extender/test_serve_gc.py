@@ -45,7 +45,8 @@ def test_the_collector_is_tuned_after_the_first_sync_only() -> None:
 
 
 class _Cache:
-    nodes: dict[str, object] = {}
+    def __init__(self) -> None:
+        self.nodes: dict[str, object] = {}
 
     def unusable(self) -> list[str]:
         return []
