@@ -928,16 +928,17 @@ class Board:
         placed = np.unique(rows[node, column])
         arrayable = self._by_arrays(gpu, placed)
         shares: dict[int, DeviceShare] = {}
-        for device_id, by_arrays in zip(placed.tolist(), arrayable.tolist(), strict=True):
+        for device_id in placed[~arrayable].tolist():
             entry = self._dev_states[device_id]
             assert entry is not None
             host, device, usage = entry
-            shares[device_id] = _share_on(gpu, host, device, usage, by_arrays)
+            shares[device_id] = _share_on(gpu, host, device, usage, False)
         after = None
-        if arrayable.any():  # what those states become, as rows (see ShareCandidates.after)
+        if arrayable.any():  # the others: what their states become, as rows (ShareCandidates.after)
             ids = placed[arrayable]
             usage_rows, _, memory, compute = self._state_shares(gpu, ids)
-            after = (ids, np.column_stack([self._dev_table()[ids, 0], rows_add_share(usage_rows, memory, compute)]))
+            after_rows = np.column_stack([self._dev_table()[ids, 0], rows_add_share(usage_rows, memory, compute)])
+            after = (ids, after_rows, np.minimum(MILLI, compute))  # share_milli of such a share
         return ShareCandidates(states, rows, node, column, shares, after)
 
     def _raw(self, policy: Policy, demand: Demand, positions: np.ndarray | None) -> tuple[np.ndarray, _ScoreTable]:

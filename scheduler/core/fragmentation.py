@@ -27,7 +27,17 @@ from typing import Any, cast
 import numpy as np
 
 from .allocation import Allocation, DeviceShare
-from .capacity import DeviceUsage, add_share, device_key, free_milli, rows_fit, rows_free_milli, shares_fit, usage_row
+from .capacity import (
+    DeviceUsage,
+    add_share,
+    device_key,
+    free_milli,
+    rows_fit,
+    rows_free_milli,
+    share_milli,
+    shares_fit,
+    usage_row,
+)
 from .errors import RequestError
 from .fit import hosts
 from .inventory import Device, Node, SharingMode
@@ -220,17 +230,34 @@ class ShareCandidates:
     """Placements of one share of one GPU each, over many nodes, as arrays: per node its state
     and a label per GPU (equal labels: GPUs in equal device states, by
     :func:`~.capacity.device_key`), per candidate its node and GPU (each node's candidates
-    together, in GPU order), and per label of a candidate's GPU the share placed on it."""
+    together, in GPU order), and per label of a candidate's GPU the share placed on it: as a
+    :class:`DeviceShare` in ``shares``, or as rows in ``after``."""
 
     states: Sequence[NodeState]
     labels: np.ndarray  # [node, GPU], as wide as the node with the most GPUs
     node: np.ndarray  # per candidate, the index of its node in states
     gpu: np.ndarray  # per candidate, the GPU it places the share on
-    shares: Mapping[int, DeviceShare]
-    # Optionally, for some labels (sorted), the :func:`~.capacity.usage_row` of their GPU once
-    # the share is placed, after the device kind: the after-states of MPS and time-slicing GPUs
-    # are then profiled from these rows at once, without building each state
-    after: tuple[np.ndarray, np.ndarray] | None = None
+    shares: Mapping[int, DeviceShare]  # the labels after does not give
+    # Optionally, for labels of healthy MPS and time-slicing GPUs (sorted): the device kind and
+    # :func:`~.capacity.usage_row` of their GPU once the share is placed, and the milli-GPU the
+    # share takes (:func:`~.capacity.share_milli`). Their after-states are profiled from these
+    # rows at once, without building each state or share.
+    after: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def milli_taken(self, labels: np.ndarray) -> np.ndarray:
+        """Per label in ``labels`` (labels of candidates' GPUs), the milli-GPU its share takes."""
+        out = np.zeros(len(labels), dtype=np.int64)
+        rest = np.ones(len(labels), dtype=bool)
+        if self.after is not None and len(self.after[0]):
+            ids, _, milli = self.after
+            at = np.minimum(np.searchsorted(ids, labels), len(ids) - 1)
+            given = ids[at] == labels
+            out[given] = milli[at[given]]
+            rest = ~given
+        if rest.any():
+            took = {label: share_milli(share) for label, share in self.shares.items()}
+            out[rest] = [took[label] for label in labels[rest].tolist()]
+        return out
 
 
 class Fragmentation:
@@ -404,7 +431,7 @@ class Fragmentation:
         found: list[tuple[int, int] | None] = [None] * len(placed)
         if batch.after is None or not len(placed):
             return found
-        ids, rows = batch.after
+        ids, rows, _ = batch.after
         at = np.minimum(np.searchsorted(ids, placed), max(0, len(ids) - 1))
         given = np.flatnonzero(ids[at] == placed) if len(ids) else np.zeros(0, dtype=np.int64)
         kinds = rows[at[given], 0]
@@ -413,9 +440,9 @@ class Fragmentation:
             c = first[int(mine[0])]
             device = batch.states[int(batch.node[c])].node.devices[int(batch.gpu[c])]
             profiles = self._profiles_of_rows(device, rows[at[mine], 1:])
-            if profiles is not None:
-                for u, profile in zip(mine.tolist(), profiles, strict=True):
-                    found[u] = profile
+            assert profiles is not None, device  # after gives healthy MPS and time-slicing GPUs only
+            for u, profile in zip(mine.tolist(), profiles, strict=True):
+                found[u] = profile
         return found
 
     def _p(self, mask: int) -> float:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from unittest.mock import patch
 
 import numpy as np
 import pytest
 
+from scheduler.core import board as board_module
+from scheduler.core.board import Board
 from scheduler.core.fit import fit
 from scheduler.core.fragmentation import OnlineWorkload, Shape, TypicalWorkload, workload_of
 from scheduler.core.policies.fgdcpu import FgdCpu, FgdCpuOptions, gpu_per_cpu
@@ -237,3 +240,29 @@ def test_a_pod_without_gpus_is_scored_on_many_nodes_at_once_as_one_by_one() -> N
     stranding = FgdCpu(FgdCpuOptions(shapes, learn=False))
     assert stranding.score_without_gpu(cpu_only, states, labels) == [5.0, 50.0]
     assert [stranding.score(cpu_only, s, fit(cpu_only, s).allocations[0]) for s in states] == [5.0, 50.0]
+
+
+def test_the_board_scores_shares_on_shared_gpus_at_once_as_one_by_one_with_stranding() -> None:
+    """Through the board, a share on MPS and time-slicing GPUs in many states: the candidates
+    as arrays (the after-states and the share's milli-GPU given as rows) score as one by one,
+    with stranding in play (nodes short of CPU strand GPU: what the share takes counts)."""
+    shapes = (Shape(1.0, cpu=4, gpu_fraction="0.25"), Shape(1.0, cpu=16, gpu_count="1"))
+    policy = FgdCpu(FgdCpuOptions(shapes, learn=False))
+    no_stranding = FgdCpu(FgdCpuOptions(shapes, stranding_weight=0.0, learn=False))
+    states = []
+    for k in range(8):
+        mode = "mps" if k % 2 else "time-slicing"
+        state = make_state(name=f"n{k}", gpus=4, mode=mode, cpu_milli=(6 + 3 * k) * 1000)
+        for j in range(k % 4 + k // 4):  # 0 to 4 quarter or half GPUs already placed
+            taken = Demand(500, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=250 * (1 + j % 2)))
+            state = state.apply(f"p{k}-{j}", fit(taken, state).allocations[0])
+        states.append(state)
+    demand = Demand(2_000, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=600))
+
+    def scores(chosen: FgdCpu, at_once_from: int) -> list[float]:
+        with patch.object(board_module, "_AT_ONCE_FROM", at_once_from):
+            return list(Board(states).scores(chosen, demand).tolist())
+
+    at_once = scores(policy, 1)
+    assert at_once == scores(policy, 10**9)  # one by one: prepare, then score per candidate
+    assert len(set(at_once)) > 2 and at_once != scores(no_stranding, 1)  # stranding moves them

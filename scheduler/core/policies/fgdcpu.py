@@ -58,7 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..allocation import Allocation
-from ..capacity import GAP_LEVELS, allocated_milli, gap_level, share_milli
+from ..capacity import GAP_LEVELS, allocated_milli, gap_level
 from ..fragmentation import (
     DEFAULT_WORKLOAD,
     Fragmentation,
@@ -189,9 +189,7 @@ class FgdCpu:
         states, node, gpu = batch.states, batch.node, batch.gpu
         frags, free_after = frag.frags_after_shares(batch, demand.cpu_milli)
         cost, _, gpu_free, cpu_free = self._costs_before(states, batch.labels)  # every state kept now
-        took = {label: share_milli(share) for label, share in batch.shares.items()}
-        labels = batch.labels[node, gpu]
-        left = gpu_free[node] - np.array([took[k] for k in labels.tolist()], dtype=np.int64)
+        left = gpu_free[node] - batch.milli_taken(batch.labels[node, gpu])
         cpu_after = cpu_free[node] - demand.cpu_milli
         stranded = np.maximum(0.0, left - self.ratio * cpu_after) if self.ratio else 0.0
         after = frags + self.stranding_weight * stranded
