@@ -295,6 +295,7 @@ class Fragmentation:
         # every node again. Kept by the state's id with the state itself (so the id cannot be
         # another's while it is kept).
         self._by_state: dict[int, _Kept] = {}
+        self._last: tuple[Sequence[NodeState], list[_Kept]] | None = None  # see _kept_all
         # Each distinct mask of shapes a GPU hosts, numbered (for frags_after_one_share's arrays);
         # numbered afresh, with a new numbering, when too many
         self._bit_ids: dict[int, int] = {}
@@ -539,7 +540,7 @@ class Fragmentation:
     @staticmethod
     def _free_of(kept: _Kept) -> int:
         if kept.free is None:
-            kept.free = sum(free for free, _ in kept.profiles)
+            kept.free = sum(kept.frees)
         return kept.free
 
     def fall(self, state: NodeState, alloc: Allocation) -> float:
@@ -600,10 +601,7 @@ class Fragmentation:
             after.append((u, key, node, device, usage))
             if device.mode in shared and key not in devices:
                 pending[key] = (node, device, usage)
-        kept, before = self._unkept(states, labels, pending)
-        if len(pending) >= 2:  # one state is as quickly asked alone
-            self._profile_at_once(pending)
-        held = self._keep_unkept(states, labels, kept, before)  # every node's, the fresh ones kept now
+        held = self._kept_all(states, labels, pending)  # every node's, the fresh ones kept now
         for u, key, node, device, usage in after:
             profile_after[u] = devices.get(key) or self.device_profile(node, device, usage)
         profiles = cast(list[tuple[int, int]], profile_after)  # every label's now
@@ -621,7 +619,7 @@ class Fragmentation:
         for k in held:
             if k.bit_ids is None or k.bit_ids[0] != self._numbering:
                 k.bit_ids = (self._numbering, [bit_ids.setdefault(b, len(bit_ids)) for _, b in k.profiles])
-            frees.append([free for free, _ in k.profiles])
+            frees.append(k.frees)
             rows.append(k.bit_ids[1])
             if multi:
                 if k.too_few is None:
@@ -683,13 +681,32 @@ class Fragmentation:
         """:meth:`node_frag` and :meth:`free_share` of each of ``states`` (``labels``: per node
         a label per GPU, as :class:`ShareCandidates` has them), the profiles of the states not
         kept yet worked out once per label, the MPS and time-slicing ones at once."""
-        pending: dict[tuple[Any, ...], tuple[Node, Device, DeviceUsage]] = {}
-        kept, before = self._unkept(states, labels, pending)
-        if len(pending) >= 2:  # one state is as quickly asked alone
-            self._profile_at_once(pending)
-        held = self._keep_unkept(states, labels, kept, before)
+        held = self._kept_all(states, labels, {})
         frags = np.array([self._frag_of(k) for k in held], dtype=float)
         return frags, np.array([self._free_of(k) for k in held], dtype=np.int64)
+
+    def _kept_all(
+        self,
+        states: Sequence[NodeState],
+        labels: np.ndarray,
+        pending: dict[tuple[Any, ...], tuple[Node, Device, DeviceUsage]],
+    ) -> list[_Kept]:
+        """What is kept of each of ``states``, those not kept yet kept now (their GPUs' profiles
+        asked once per label, the MPS and time-slicing states among them at once together with
+        those already ``pending``). A policy asks this twice of one batch (F after its
+        candidates, then F before): the second time the same list of states finds what the
+        first kept, without asking each state again."""
+        last = self._last
+        if last is not None and last[0] is states and all(map(_is_of, last[1], states)):
+            if len(pending) >= 2:  # one state is as quickly asked alone
+                self._profile_at_once(pending)
+            return last[1]
+        kept, before = self._unkept(states, labels, pending)
+        if len(pending) >= 2:
+            self._profile_at_once(pending)
+        held = self._keep_unkept(states, labels, kept, before) if None in kept else cast(list[_Kept], kept)
+        self._last = (states, held)
+        return held
 
     def _unkept(
         self,
@@ -776,13 +793,18 @@ class _Kept:
     """What :class:`Fragmentation` keeps of one node state: its profiles, and its F and free
     share once asked."""
 
-    __slots__ = ("at_least", "bit_ids", "frag", "free", "profiles", "state", "too_few")
+    __slots__ = ("at_least", "bit_ids", "frag", "free", "frees", "profiles", "state", "too_few")
 
     def __init__(self, state: NodeState, profiles: list[tuple[int, int]]) -> None:
         self.state = state
         self.profiles = profiles
+        self.frees = [free for free, _ in profiles]  # each GPU's free milli-GPU
         self.frag: float | None = None
         self.at_least: list[int] | None = None  # see Fragmentation._at_least
         self.too_few: int | None = None  # see Fragmentation._too_few
         self.free: int | None = None
         self.bit_ids: tuple[int, list[int]] | None = None  # (numbering, each GPU's shapes' number)
+
+
+def _is_of(kept: _Kept, state: NodeState) -> bool:
+    return kept.state is state

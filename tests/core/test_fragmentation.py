@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -177,6 +178,23 @@ def test_profiles_are_kept_per_state_boundedly(monkeypatch: pytest.MonkeyPatch) 
         assert frag.free_share(state) == 2000 - 100 * states.index(state)
         assert len(frag._by_state) <= 3
     assert frag.profiles(states[-1]) is frag.profiles(states[-1])  # kept, not worked out again
+
+
+def test_node_frags_of_a_list_asked_again_follow_its_states() -> None:
+    """node_frags of the same list asked twice finds what the first time kept; a list whose
+    states changed in between (a node's state replaced) is asked about its states as they are."""
+    frag = Fragmentation(TypicalWorkload(((share(500), 0.5), (whole(2), 0.5))))
+    base = make_state(gpus=2, mode="mps")
+    states = [with_free(base, 100 * k, 300) for k in range(4)]
+    labels = np.array([[2 * k, 2 * k + 1] for k in range(4)])  # every GPU state its own label
+    first = frag.node_frags(states, labels)
+    again = frag.node_frags(states, labels)
+    expected = ([frag.node_frag(s) for s in states], [frag.free_share(s) for s in states])
+    assert [x.tolist() for x in first] == [x.tolist() for x in again] == [list(e) for e in expected]
+    states[1] = with_free(base, 700, 300)  # the same list, one node's state replaced
+    changed = frag.node_frags(states, labels)
+    assert changed[1].tolist() == [frag.free_share(s) for s in states]
+    assert changed[1][1] == 2000 - 700 - 300 and changed[0][1] == Fragmentation(frag.workload).node_frag(states[1])
 
 
 def test_warming_gives_the_profiles_asked_one_by_one() -> None:
