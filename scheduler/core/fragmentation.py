@@ -697,7 +697,7 @@ class Fragmentation:
         candidates, then F before): the second time the same list of states finds what the
         first kept, without asking each state again."""
         last = self._last
-        if last is not None and last[0] is states and all(map(_is_of, last[1], states)):
+        if last is not None and last[0] is states and len(last[1]) == len(states) and all(map(_is_of, last[1], states)):
             if len(pending) >= 2:  # one state is as quickly asked alone
                 self._profile_at_once(pending)
             return last[1]

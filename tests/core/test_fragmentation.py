@@ -195,6 +195,8 @@ def test_node_frags_of_a_list_asked_again_follow_its_states() -> None:
     changed = frag.node_frags(states, labels)
     assert changed[1].tolist() == [frag.free_share(s) for s in states]
     assert changed[1][1] == 2000 - 700 - 300 and changed[0][1] == Fragmentation(frag.workload).node_frag(states[1])
+    states.append(with_free(base, 0, 0))  # and a node more
+    assert frag.node_frags(states, np.vstack([labels, [[8, 9]]]))[1].tolist()[-1] == 2000
 
 
 def test_warming_gives_the_profiles_asked_one_by_one() -> None:
