@@ -250,7 +250,10 @@ def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _share_on(gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage, by_arrays: bool) -> DeviceShare:
     """The share ``gpu`` takes of ``device`` beside ``usage``, which hosts it (``by_arrays``: a
-    state the rules of arrays answer, where the share is exactly what is asked)."""
+    state the rules of arrays answer, where the share is exactly what is asked). A whole GPU
+    takes all of one, whatever its mode and state (MIG GPUs never host one)."""
+    if gpu.kind is GpuKind.WHOLE:
+        return DeviceShare(device.uuid, device.index, device.mode, device.memory_mib, MILLI)
     if by_arrays:
         return sharing_share(gpu, device)
     answer = device_share(gpu, node, device, usage)

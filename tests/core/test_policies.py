@@ -7,8 +7,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from scheduler.core.board import Board, Status
-from scheduler.core.fit import fit
+from scheduler.core.board import Board, Status, _share_on
+from scheduler.core.fit import device_share, fit, hosts
 from scheduler.core.fragmentation import TypicalWorkload
 from scheduler.core.inventory import Node, SharingMode
 from scheduler.core.policies import REGISTRY, make_policy
@@ -243,6 +243,25 @@ def test_a_node_is_scored_by_the_share_that_takes_the_most(name: str) -> None:
     assert on_the_a100.shares[0].index == 0 and policy.score(demand, state, on_the_a100) < placed.score
     # the board scores every node at once (score_took); one node normalises to its own score
     assert Board([state]).scores(policy, demand).tolist() == [placed.score]
+
+
+@pytest.mark.parametrize("mode", ["exclusive", "mps", "time-slicing"])
+def test_the_share_of_a_whole_gpu_the_board_places_is_the_one_fit_gives(mode: str) -> None:
+    """The board builds the share a whole GPU takes without asking fit again: on every GPU
+    that hosts one (any mode, free or not yet), exactly what device_share answers."""
+    whole = GpuRequest(GpuKind.WHOLE, 1)
+    state = make_state(gpus=4, mode=mode, model="L4")
+    quarter = Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=250, sharing=frozenset({SharingMode(mode)})))
+    if mode != "exclusive":  # a share on GPU 0: it hosts no whole GPU then
+        state = state.apply("q", fit(quarter, state).allocations[0])
+    node = state.node
+    hosting = 0
+    for device, usage in zip(node.devices, state.usage, strict=True):
+        for by_arrays in (False, True):
+            if hosts(whole, node, device, usage):
+                hosting += 1
+                assert _share_on(whole, node, device, usage, by_arrays) == device_share(whole, node, device, usage)
+    assert hosting == 2 * (4 if mode == "exclusive" else 3)
 
 
 @pytest.mark.parametrize("name", ["fgd", "fgd-cpu", "fgd-reserve", "binpack", "bestfit"])
