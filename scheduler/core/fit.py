@@ -79,6 +79,42 @@ def _mig_share(device: Device, usage: DeviceUsage, profiles: list[MigProfile], w
     return Refusal(f"no free MIG slot for {wanted}", max(0, device.memory_mib - usage.memory_mib))
 
 
+def _mig_profiles(gpu: GpuRequest, device: Device) -> tuple[list[MigProfile], str] | str:
+    """The MIG profiles one share of ``gpu`` may take on ``device`` (in MIG mode), in the order
+    they are tried, and their names joined; or why none (the text of the refusal). It depends
+    on the request and the device's kind, not on what the GPU holds."""
+    layout = device.model.mig
+    allowed = device.allowed_profiles()
+    if layout is None or not allowed:
+        return f"GPU {device.index} has no MIG profiles"
+    if gpu.kind is GpuKind.MIG:
+        assert gpu.profile is not None
+        wanted = layout.match(gpu.profile)
+        if wanted is None or wanted not in allowed:
+            return f"no MIG profile {gpu.profile.text} on {device.model.name}"
+        return [wanted], wanted.name
+    if gpu.kind is not GpuKind.SHARE:
+        return f"GPU {device.index} is partitioned by MIG; whole GPUs need another mode"
+    memory, compute = gpu.share_on(device)
+    covering = sorted(
+        (p for p in allowed if p.memory_mib >= memory and p.compute_slices * MILLI >= compute * layout.compute_slices),
+        key=lambda p: (p.memory_slots, p.compute_slices),
+    )
+    if not covering:
+        return f"needs {memory} MiB and {percent(compute)} compute, larger than any MIG profile of GPU {device.index}"
+    return covering, "|".join(p.name for p in covering)
+
+
+def mig_question(gpu: GpuRequest, device: Device) -> str | None:
+    """For a GPU in MIG mode: what decides whether it can take one share of ``gpu``, whatever it
+    holds (requests with equal questions are hosted alike: :func:`hosts` of one answers for
+    all), or None where it never can (its health, the request's selectors, no profile)."""
+    if not device.healthy or not gpu.allows_model(device.model.name) or not gpu.allows_mode(device.mode):
+        return None
+    found = _mig_profiles(gpu, device)
+    return None if isinstance(found, str) else found[1]
+
+
 def _work_out(
     gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage, key: tuple[Any, ...]
 ) -> _Share | Refusal:
@@ -86,40 +122,19 @@ def _work_out(
     :func:`~scheduler.core.capacity.device_key`), or why it cannot."""
     free_mib = max(0, device.memory_mib - usage.memory_mib)
     if device.mode is SharingMode.MIG:
-        layout = device.model.mig
-        allowed = device.allowed_profiles()
-        if layout is None or not allowed:
-            return Refusal(f"GPU {device.index} has no MIG profiles", free_mib)
+        found = _mig_profiles(gpu, device)
+        if isinstance(found, str):
+            return Refusal(found, free_mib)
+        profiles, names = found
         if gpu.kind is GpuKind.MIG:
-            assert gpu.profile is not None
-            wanted = layout.match(gpu.profile)
-            if wanted is None or wanted not in allowed:
-                return Refusal(f"no MIG profile {gpu.profile.text} on {device.model.name}", free_mib)
-            return _mig_share(device, usage, [wanted], wanted.name)
-        if gpu.kind is not GpuKind.SHARE:
-            return Refusal(f"GPU {device.index} is partitioned by MIG; whole GPUs need another mode", free_mib)
-        memory, compute = gpu.share_on(device)
-        covering = sorted(
-            (
-                p
-                for p in allowed
-                if p.memory_mib >= memory and p.compute_slices * MILLI >= compute * layout.compute_slices
-            ),
-            key=lambda p: (p.memory_slots, p.compute_slices),
-        )
-        if not covering:
-            return Refusal(
-                f"needs {memory} MiB and {percent(compute)} compute, larger than any MIG profile of GPU {device.index}",
-                free_mib,
-            )
+            return _mig_share(device, usage, profiles, names)
         # what the covering profiles find on this GPU does not depend on the request beyond
         # them: requests of other sizes with the same covering profiles share the answer
-        names = "|".join(p.name for p in covering)
         kept = _COVERED.get((key, names))
         if kept is None:
             if len(_COVERED) > _TABLE_LIMIT:
                 _COVERED.clear()
-            kept = _COVERED[key, names] = _mig_share(device, usage, covering, names)
+            kept = _COVERED[key, names] = _mig_share(device, usage, profiles, names)
         return kept
     if gpu.kind is GpuKind.MIG:
         return Refusal(f"GPU {device.index} is not in MIG mode", free_mib)

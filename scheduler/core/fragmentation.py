@@ -39,7 +39,7 @@ from .capacity import (
     usage_row,
 )
 from .errors import RequestError
-from .fit import hosts
+from .fit import hosts, mig_question
 from .inventory import Device, Node, SharingMode
 from .quantity import cpu_milli
 from .request import DEFAULT_PREFIX, Demand, GpuKind, GpuRequest, parse_gpu_request
@@ -288,6 +288,8 @@ class Fragmentation:
         self._devices: dict[tuple[Any, ...], tuple[int, int]] = {}
         # Per device kind: each GPU shape's share of such a GPU as arrays, for shares_fit
         self._shares: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        # Per MIG device kind: the shapes grouped by what they ask of such a GPU (_questions)
+        self._mig_questions: dict[int, list[tuple[int, GpuRequest]]] = {}
         self._popularity: dict[int, float] = {}
         self._counts: dict[tuple[int, ...], list[int]] = {}  # see _counts_of
         # The profiles of the node states asked about lately, with their F and free share once
@@ -311,7 +313,7 @@ class Fragmentation:
         if bits is None:
             bits = 0
             hosted = self._hosted
-            for bit, gpu in self._gpu_shapes:
+            for bit, gpu in self._questions(device):
                 can = hosted.get((key, gpu))
                 if can is None:
                     if len(hosted) > _MEMO_LIMIT:
@@ -324,6 +326,24 @@ class Fragmentation:
         result = (free_milli(node, device, usage), bits)
         self._devices[key] = result
         return result
+
+    def _questions(self, device: Device) -> list[tuple[int, GpuRequest]]:
+        """The typical GPU shapes to ask ``device`` about one by one (:func:`~.fit.hosts`), each
+        with the mask of the shapes its answer stands for: on a MIG GPU the shapes that ask
+        the same of it (:func:`~.fit.mig_question`: the same covering profiles) are asked once,
+        and those it can never host not at all; elsewhere each shape for itself."""
+        if device.mode is not SharingMode.MIG:
+            return self._gpu_shapes
+        found = self._mig_questions.get(device.kind)
+        if found is None:
+            by_question: dict[str, tuple[int, GpuRequest]] = {}
+            for bit, gpu in self._gpu_shapes:
+                question = mig_question(gpu, device)
+                if question is not None:
+                    mask, asked = by_question.get(question, (0, gpu))
+                    by_question[question] = (mask | bit, asked)
+            found = self._mig_questions[device.kind] = list(by_question.values())
+        return found
 
     def _bits_at_once(self, node: Node, device: Device, usage: DeviceUsage) -> int | None:
         """The mask of shapes one share of which fits, from :func:`~.capacity.shares_fit`

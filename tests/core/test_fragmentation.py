@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from scheduler.core import fragmentation as fragmentation_module
 from scheduler.core.capacity import add_share, device_key
 from scheduler.core.catalog import CATALOG, ProfileSpec, canonical_model_name, lookup_model
-from scheduler.core.fit import fit
+from scheduler.core.fit import fit, hosts
 from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
 from scheduler.core.inventory import Device, Node, SharingMode
 from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.state import NodeState
 from scheduler.sim.datasets import openb_dir
-from tests.builders import make_state
+from tests.builders import make_state, static_mig
 
 OPENB = openb_dir(Path(__file__).resolve().parents[2])
 
@@ -197,6 +197,46 @@ def test_node_frags_of_a_list_asked_again_follow_its_states() -> None:
     assert changed[1][1] == 2000 - 700 - 300 and changed[0][1] == Fragmentation(frag.workload).node_frag(states[1])
     states.append(with_free(base, 0, 0))  # and a node more
     assert frag.node_frags(states, np.vstack([labels, [[8, 9]]]))[1].tolist()[-1] == 2000
+
+
+def _mig_shape(profile: str, models: tuple[str, ...] = ()) -> Demand:
+    return Demand(0, 0, GpuRequest(GpuKind.MIG, 1, profile=ProfileSpec.parse(profile), models=models))
+
+
+def test_a_mig_gpu_is_asked_once_per_question_as_every_shape_would_answer() -> None:
+    """On a MIG GPU the typical shapes that ask the same of it (the same covering profiles) are
+    asked once, and those it never hosts not at all: its profile is still what asking every
+    shape gives, on MIG GPUs dynamic, static and unhealthy, of two models, in many states."""
+    sizes = [50, 100, 140, 150, 250, 300, 400, 430, 500, 600, 860, 1000]
+    shapes = [share(m) for m in sizes]
+    shapes += [
+        Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, memory_mib=mib)) for mib in (5_000, 10_240, 20_000, 41_000, 90_000)
+    ]
+    shapes += [_mig_shape(p) for p in ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.6gb")]
+    shapes += [_mig_shape("1g.10gb", ("A100-80GB",)), whole(1), whole(2)]
+    shapes += [Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=250, models=("H100-80GB",)))]
+    shapes += [Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=250, sharing=frozenset({SharingMode.MPS})))]
+    frag = Fragmentation(TypicalWorkload(tuple((d, 1 / len(shapes)) for d in shapes)))
+    static = static_mig("A100-80GB", ("3g.40gb", 4), ("2g.20gb", 0), ("1g.10gb", 2), ("1g.10gb", 3))
+    nodes = [
+        make_state(name="h", gpus=2, mode="mig", model="H100-80GB"),
+        make_state(name="a", gpus=2, mode="mig", model="A100-80GB"),
+        make_state(name="s", gpus=1, mode="mig", model="A100-80GB", device_options={"mig_instances": static}),
+        make_state(name="u", gpus=1, mode="mig", model="H100-80GB", device_options={"healthy": False}),
+    ]
+    placed = [_mig_shape("1g.10gb"), share(250), _mig_shape("3g.40gb"), share(100), _mig_shape("2g.20gb")]
+    asked = 0
+    for state in nodes:
+        for k, demand in enumerate(placed * 2):
+            node = state.node
+            for device, usage in zip(node.devices, state.usage, strict=True):
+                every = sum(1 << i for i, d in enumerate(shapes) if hosts(d.gpu, node, device, usage))
+                assert frag.device_profile(node, device, usage)[1] == every, (node.name, usage)
+                asked += 1
+            found = fit(demand, state)
+            if found:
+                state = state.apply(f"p{k}", found.allocations[0])
+    assert asked == 10 * 6 and len(frag._questions(nodes[0].node.devices[0])) < len(shapes) // 2
 
 
 def test_warming_gives_the_profiles_asked_one_by_one() -> None:
