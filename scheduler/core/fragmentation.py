@@ -297,7 +297,6 @@ class Fragmentation:
         # every node again. Kept by the state's id with the state itself (so the id cannot be
         # another's while it is kept).
         self._by_state: dict[int, _Kept] = {}
-        self._last: tuple[Sequence[NodeState], list[_Kept]] | None = None  # see _kept_all
         # Each distinct mask of shapes a GPU hosts, numbered (for frags_after_one_share's arrays);
         # numbered afresh, with a new numbering, when too many
         self._bit_ids: dict[int, int] = {}
@@ -713,20 +712,11 @@ class Fragmentation:
     ) -> list[_Kept]:
         """What is kept of each of ``states``, those not kept yet kept now (their GPUs' profiles
         asked once per label, the MPS and time-slicing states among them at once together with
-        those already ``pending``). A policy asks this twice of one batch (F after its
-        candidates, then F before): the second time the same list of states finds what the
-        first kept, without asking each state again."""
-        last = self._last
-        if last is not None and last[0] is states and len(last[1]) == len(states) and all(map(_is_of, last[1], states)):
-            if len(pending) >= 2:  # one state is as quickly asked alone
-                self._profile_at_once(pending)
-            return last[1]
+        those already ``pending``)."""
         kept, before = self._unkept(states, labels, pending)
-        if len(pending) >= 2:
+        if len(pending) >= 2:  # one state is as quickly asked alone
             self._profile_at_once(pending)
-        held = self._keep_unkept(states, labels, kept, before) if None in kept else cast(list[_Kept], kept)
-        self._last = (states, held)
-        return held
+        return self._keep_unkept(states, labels, kept, before) if None in kept else cast(list[_Kept], kept)
 
     def _unkept(
         self,
@@ -824,7 +814,3 @@ class _Kept:
         self.too_few: int | None = None  # see Fragmentation._too_few
         self.free: int | None = None
         self.bit_ids: tuple[int, list[int]] | None = None  # (numbering, each GPU's shapes' number)
-
-
-def _is_of(kept: _Kept, state: NodeState) -> bool:
-    return kept.state is state

@@ -181,8 +181,8 @@ def test_profiles_are_kept_per_state_boundedly(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_node_frags_of_a_list_asked_again_follow_its_states() -> None:
-    """node_frags of the same list asked twice finds what the first time kept; a list whose
-    states changed in between (a node's state replaced) is asked about its states as they are."""
+    """node_frags of the same list asked twice gives the same; a list whose states changed in
+    between (a node's state replaced, a node added) is asked about its states as they are."""
     frag = Fragmentation(TypicalWorkload(((share(500), 0.5), (whole(2), 0.5))))
     base = make_state(gpus=2, mode="mps")
     states = [with_free(base, 100 * k, 300) for k in range(4)]
