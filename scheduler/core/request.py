@@ -140,7 +140,7 @@ class GpuRequest:
         if self.memory_mib:
             parts.append(f"{self.memory_mib} MiB")
         if self.compute_milli:
-            parts.append(f"{self.compute_milli / 10:g}% compute")
+            parts.append(f"{self.compute_milli / 10:g} percent compute")  # no "%": see capacity
         each = " each" if self.count > 1 else ""
         return f"{self.count} x " * (self.count > 1) + " + ".join(parts) + each + linked
 

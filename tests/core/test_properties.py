@@ -528,6 +528,7 @@ def test_the_boards_filter_answers_as_fit_node_by_node(
             assert (status is Status.FITS) == bool(found), (k, found.reason)
             if status is Status.UNSCHEDULABLE:
                 assert outcomes.texts[outcomes.reason[k]] == found.reason
+                assert "%" not in found.reason  # it reaches Go's fmt in kube-scheduler
             elif status is Status.UNRESOLVABLE:
                 assert not fit(demand, NodeState.empty(state.node))
         # one node changes: the board follows
