@@ -40,8 +40,8 @@ from .capacity import (
     device_key,
     rows_add_share,
     rows_fit,
-    rows_refusals,
     rows_refused_free,
+    rows_shortages,
     share_milli,
     usage_row,
 )
@@ -56,6 +56,7 @@ from .fit import (
     kind_reason,
     refused_reason,
     sharing_share,
+    short_reason,
 )
 from .fragmentation import ShareCandidates
 from .groups import Groups, device_group, node_group
@@ -673,7 +674,7 @@ class Board:
         where it does not): fit's own reason (:func:`~.fit.shortage`), from what decides it,
         worked out with arrays: per node, how many GPUs can host a share, and of the GPUs the
         selectors allow that refuse, the first with the most free memory; the text is written
-        once per distinct (node kind, GPUs that can host, that refusing GPU's state)."""
+        once per distinct (GPUs that can host, why that GPU refuses)."""
         devices = self._devs[positions]
         table = self._hosted(gpu, devices)
         hosting = table.hosts[devices]
@@ -690,33 +691,50 @@ class Board:
         options = hosting.sum(axis=1) if gpu.count > 1 else np.zeros(len(positions), dtype=np.int64)
         keys = np.column_stack([self._kind[positions].astype(np.int64), options, best_id])
         unique, _, inverse = _unique_rows(keys)
-        self._refusals_at_once(gpu, table, np.unique(unique[:, 2]))
-        texts = np.zeros(len(unique), dtype=np.int32)
-        by_kind: dict[int, str | None] = {}
-        for u, (kind, count, device_id) in enumerate(unique.tolist()):
-            refusal = self._refusal(gpu, table, device_id) if device_id else None
-            why = None
-            if refusal is not None or gpu.count <= 1:
-                if kind not in by_kind:
-                    by_kind[kind] = kind_reason(gpu, self._kind_nodes[kind])
-                why = by_kind[kind] or refused_reason(refusal)
-            texts[u] = self._text(counted_reason(gpu, count, why))
-        reasons: np.ndarray = texts[inverse]
+        kinds, counts, best_ids = unique.T
+        whys, why_of = self._refused_reasons(gpu, table, best_ids)
+        for kind in np.unique(kinds).tolist():  # the kind's own reason (no model or mode accepted) first
+            found = kind_reason(gpu, self._kind_nodes[kind])
+            if found is not None:
+                why_of[kinds == kind] = len(whys)
+                whys.append(found)
+        if gpu.count > 1:
+            why_of[best_ids == 0] = -1  # none refused: the count alone says why
+        pairs, _, pair_of = _unique_rows(np.column_stack([counts, why_of]))
+        texts = np.array(
+            [self._text(counted_reason(gpu, count, whys[w] if w >= 0 else None)) for count, w in pairs.tolist()],
+            dtype=np.int32,
+        )
+        reasons: np.ndarray = texts[pair_of[inverse]]
         return reasons
 
-    def _refusals_at_once(self, gpu: GpuRequest, table: _Hosting, ids: np.ndarray) -> None:
-        """Keep in ``table`` the refusals of the device states ``ids`` (allowed, not hosting
-        ``gpu``; 0: none) that the rules of arrays give (:func:`~.capacity.rows_refusals`:
-        compute or memory short on MPS and time-slicing GPUs), all at once; :meth:`_refusal`
-        asks the others one by one."""
-        ids = ids[ids > 0]
-        ids = ids[self._by_arrays(gpu, ids)]
-        if not len(ids):
-            return
-        rows, _, memory, compute = self._state_shares(gpu, ids)
-        for device_id, found in zip(ids.tolist(), rows_refusals(rows, memory, compute), strict=True):
-            if found is not None:
-                table.refusals.setdefault(device_id, found)
+    def _refused_reasons(self, gpu: GpuRequest, table: _Hosting, ids: np.ndarray) -> tuple[list[str], np.ndarray]:
+        """:func:`~.fit.refused_reason` of the refusals of the device states ``ids`` (allowed, not
+        hosting ``gpu``; 0: none refused), as texts and each id's place among them. Where the
+        rules of arrays say what is short (:func:`~.capacity.rows_shortages`: compute or memory
+        on MPS and time-slicing GPUs), one text per distinct shortage, every such state at once;
+        the others from :meth:`_refusal`, one by one."""
+        distinct, id_of = np.unique(ids, return_inverse=True)
+        whys = [refused_reason(None)]
+        place = np.zeros(len(distinct), dtype=np.int64)
+        refused = np.flatnonzero(distinct > 0)
+        arrayable = self._by_arrays(gpu, distinct[refused])
+        one_by_one = refused[~arrayable]
+        if arrayable.any():
+            at = refused[arrayable]
+            rows, _, memory, compute = self._state_shares(gpu, distinct[at])
+            shortages, _, shortage_of = _unique_rows(np.column_stack(rows_shortages(rows, memory, compute)))
+            text_of = np.full(len(shortages), -1, dtype=np.int64)
+            for k, (what, need, left) in enumerate(shortages.tolist()):
+                if what:
+                    text_of[k] = len(whys)
+                    whys.append(short_reason(what, need, left))
+            place[at] = found = text_of[shortage_of]
+            one_by_one = np.concatenate([one_by_one, at[found < 0]])
+        for k in one_by_one.tolist():
+            place[k] = len(whys)
+            whys.append(refused_reason(self._refusal(gpu, table, int(distinct[k]))))
+        return whys, place[id_of]
 
     def _text(self, text: str) -> int:
         found = self._text_ids.get(text)

@@ -128,8 +128,13 @@ def _stray_short(need: int, left: int, stray: int) -> Refusal:
     return Refusal(f"needs {need} MiB on one GPU, free {left} MiB ({_held(stray)})", left, need)
 
 
+def compute_short_text(need: int, left: int) -> str:
+    """Why a share asking ``need`` milli-GPU of compute does not fit where ``left`` is left."""
+    return f"needs {percent(need)} compute on one GPU, free {percent(left)}"
+
+
 def _compute_short(need: int, left: int, free_mib: int) -> Refusal:
-    return Refusal(f"needs {percent(need)} compute on one GPU, free {percent(left)}", free_mib)
+    return Refusal(compute_short_text(need, left), free_mib)
 
 
 def refusal(node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) -> Refusal | None:
@@ -300,27 +305,33 @@ def rows_refused_free(rows: np.ndarray, memory_mib: np.ndarray, compute_milli: n
     return free
 
 
-def rows_refusals(rows: np.ndarray, memory_mib: np.ndarray, compute_milli: np.ndarray) -> list[Refusal | None]:
-    """Per share that does not fit the GPU state of ``rows[i]`` (see :func:`rows_fit`): the
-    :class:`Refusal` that :func:`refusal`, else :func:`stray_refusal`, gives, where the rule it
-    breaks names no GPU (compute or memory short: texts of numbers only); None where it breaks
-    another rule (ask :func:`refusal`). Held to the two refusals pair by pair in
-    ``tests/core/test_capacity.py``."""
-    _, total, memory_cap, compute_cap, _, used_memory, used_compute, _, _, stray = rows.T
+SHORT_MEMORY, SHORT_COMPUTE = 1, 2  # what rows_shortages finds short (0: another rule broken)
+
+
+def rows_shortages(
+    rows: np.ndarray, memory_mib: np.ndarray, compute_milli: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per share that does not fit the GPU state of ``rows[i]`` (see :func:`rows_fit`): what
+    its :class:`Refusal` (of :func:`refusal`, else :func:`stray_refusal`) says is short, as
+    numbers, where the rule it breaks names no GPU: :data:`SHORT_MEMORY` (memory past the cap
+    or past what stray processes leave), the MiB asked and the MiB free the refusal reports
+    (``free_mib``); :data:`SHORT_COMPUTE`, the milli-GPU asked and the milli-GPU left; 0 where
+    it breaks another rule (ask :func:`refusal`). A node's reason is written from these (see
+    :func:`~.fit.short_reason`), once per distinct triple. Held to the two refusals pair by
+    pair in ``tests/core/test_capacity.py``."""
+    _, _, memory_cap, compute_cap, _, used_memory, used_compute, _, _, stray = rows.T
     rule = rows_refused_rule(rows, memory_mib, compute_milli)
-    device_free = np.maximum(0, total - used_memory).tolist()
-    room = (memory_cap - used_memory).tolist()
-    compute_left = np.maximum(0, compute_cap - used_compute).tolist()
-    out: list[Refusal | None] = [None] * len(rule)
-    columns = (rule.tolist(), memory_mib.tolist(), compute_milli.tolist(), stray.tolist())
-    for k, (r, m, c, s) in enumerate(zip(*columns, strict=True)):
-        if r == COMPUTE_SHORT:
-            out[k] = _compute_short(c, compute_left[k], device_free[k])
-        elif r == MEMORY_SHORT:
-            out[k] = _memory_short(m, max(0, room[k]))
-        elif r == STRAY_SHORT:
-            out[k] = _stray_short(m, max(0, room[k] - s), s)
-    return out
+    room = np.maximum(0, memory_cap - used_memory)
+    what = np.select(
+        [rule == COMPUTE_SHORT, (rule == MEMORY_SHORT) | (rule == STRAY_SHORT)], [SHORT_COMPUTE, SHORT_MEMORY], 0
+    )
+    need = np.where(what == SHORT_COMPUTE, compute_milli, np.where(what == SHORT_MEMORY, memory_mib, 0))
+    left = np.select(
+        [what == SHORT_COMPUTE, rule == MEMORY_SHORT, rule == STRAY_SHORT],
+        [np.maximum(0, compute_cap - used_compute), room, np.maximum(0, memory_cap - used_memory - stray)],
+        0,
+    )
+    return what, need, left
 
 
 def shares_fit(

@@ -19,7 +19,18 @@ import networkx as nx
 
 from . import mig
 from .allocation import Allocation, DeviceShare, MigSlot
-from .capacity import DeviceUsage, Refusal, device_key, percent, refusal, stray_refusal, unhealthy
+from .capacity import (
+    SHORT_COMPUTE,
+    SHORT_MEMORY,
+    DeviceUsage,
+    Refusal,
+    compute_short_text,
+    device_key,
+    percent,
+    refusal,
+    stray_refusal,
+    unhealthy,
+)
 from .catalog import MigProfile
 from .inventory import Device, Node, SharingMode
 from .request import MILLI, Demand, GpuKind, GpuRequest
@@ -276,8 +287,21 @@ def refused_reason(best: Refusal | None) -> str:
         return "no GPU matches"
     # When memory is what it lacks, the largest free memory says by how much.
     if best.need_mib is not None:
-        return f"needs {best.need_mib} MiB on one GPU, largest free {best.free_mib} MiB"
+        return _memory_reason(best.need_mib, best.free_mib)
     return best.text
+
+
+def _memory_reason(need_mib: int, free_mib: int) -> str:
+    return f"needs {need_mib} MiB on one GPU, largest free {free_mib} MiB"
+
+
+def short_reason(what: int, need: int, left: int) -> str:
+    """What :func:`refused_reason` says of the refusal :func:`~.capacity.rows_shortages`
+    describes as (``what``, ``need``, ``left``), ``what`` not 0."""
+    if what == SHORT_MEMORY:
+        return _memory_reason(need, left)
+    assert what == SHORT_COMPUTE, what
+    return compute_short_text(need, left)
 
 
 def _gpu_reason(gpu: GpuRequest, node: Node, refusals: list[Refusal]) -> str:

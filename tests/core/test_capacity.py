@@ -11,6 +11,8 @@ from scheduler.core.allocation import Allocation, DeviceShare
 from scheduler.core.capacity import (
     COMPUTE_SHORT,
     MEMORY_SHORT,
+    SHORT_COMPUTE,
+    SHORT_MEMORY,
     STRAY_SHORT,
     DeviceUsage,
     Refusal,
@@ -20,15 +22,15 @@ from scheduler.core.capacity import (
     rows_add_share,
     rows_fit,
     rows_free_milli,
-    rows_refusals,
     rows_refused_free,
     rows_refused_rule,
+    rows_shortages,
     shares_fit,
     stray_refusal,
     usage_row,
 )
 from scheduler.core.errors import RecordError
-from scheduler.core.fit import fit
+from scheduler.core.fit import fit, refused_reason, short_reason
 from scheduler.core.inventory import SharingMode
 from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.state import NodeState
@@ -253,10 +255,18 @@ def test_shares_fit_answers_as_refusal_share_by_share(mode: str, oversub: int, s
     refused = ~at_once
     assert reported[refused].tolist() == np.array(frees)[refused].tolist()
     assert len(set(reported[refused].tolist())) > 3  # several rules, several amounts
-    # and the refusals themselves where the rule broken names no GPU (compute, memory)
-    given = rows_refusals(states, np.tile(memory, len(rows)), np.tile(compute, len(rows)))
-    answered = [k for k in np.flatnonzero(refused).tolist() if given[k] is not None]
-    assert all(given[k] == whys[k] for k in answered)
+    # and what is short where the rule broken names no GPU (compute, memory): the numbers the
+    # refusal reports, and so its node reason's text
+    what, need, left = rows_shortages(states, np.tile(memory, len(rows)), np.tile(compute, len(rows)))
+    answered = [k for k in np.flatnonzero(refused).tolist() if what[k]]
+    for k in answered:
+        why = whys[k]
+        assert why is not None
+        if what[k] == SHORT_MEMORY:
+            assert (need[k], left[k]) == (why.need_mib, why.free_mib)
+        else:
+            assert what[k] == SHORT_COMPUTE and need[k] == grid[k % len(grid)][1] and why.need_mib is None
+        assert short_reason(int(what[k]), int(need[k]), int(left[k])) == refused_reason(why)
     rules = rows_refused_rule(states, np.tile(memory, len(rows)), np.tile(compute, len(rows)))
     answerable = {MEMORY_SHORT} | ({COMPUTE_SHORT} if mode == "mps" else set()) | ({STRAY_SHORT} if stray else set())
     assert {int(rules[k]) for k in answered} == answerable  # every such rule met, and only those

@@ -287,3 +287,51 @@ def test_the_board_scores_several_whole_gpus_on_the_gpus_fit_would_take(name: st
     assert [f.milli for f in exclusive.frees] == [1000, 0, 1000]
     got = Board(states).scores(policy, two)
     assert got.tolist() == [expected["used"], expected["idle"], expected["exclusive"], -np.inf]
+
+
+def test_the_boards_reasons_on_shared_gpus_are_fits_written_once_per_shortage() -> None:
+    """On MPS and time-slicing nodes in many states (compute used up, memory short, stray
+    memory, no client left), the board writes one reason per distinct shortage over arrays:
+    every failing node's reason must be the one fit gives it, for shares of one GPU and of
+    several, each kind of shortage must show, and no reason may hold a ``%``."""
+    states = []
+    for k in range(24):
+        mode = "mps" if k % 2 else "time-slicing"
+        stray = 3_000 * (k % 3)  # MiB no record accounts for, on every GPU of the node
+        node = make_state(
+            name=f"n{k}",
+            gpus=2 + k % 3,
+            mode=mode,
+            device_options={"stray_memory_mib": stray, **({"replicas": 3} if k % 4 == 0 else {})},
+        ).node
+        state = NodeState.empty(node)
+        for j in range(k % 5):  # 0 to 4 shares of a fifth to a half already placed
+            taken = Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=200 + 100 * ((j + k) % 4)))
+            found = fit(taken, state)
+            if found:
+                state = state.apply(f"p{k}-{j}", found.allocations[0])
+        states.append(state)
+    board = Board(states)
+    policy = make_policy("binpack")
+    texts: set[str] = set()
+    for gpu in (
+        GpuRequest(GpuKind.SHARE, 1, fraction_milli=700),
+        GpuRequest(GpuKind.SHARE, 1, memory_mib=60_000),
+        GpuRequest(GpuKind.SHARE, 1, memory_mib=9_000, compute_milli=800),
+        GpuRequest(GpuKind.SHARE, 2, fraction_milli=600),
+        GpuRequest(GpuKind.SHARE, 3, memory_mib=50_000, compute_milli=300),
+    ):
+        demand = Demand(0, 0, gpu)
+        outcomes = board.filter(policy, demand)
+        for k, state in enumerate(states):
+            found = fit(demand, state)
+            assert outcomes.fits()[k] == bool(found), k
+            if not found and fit(demand, NodeState.empty(state.node)):  # not one it could never host
+                assert Status(int(outcomes.status[k])) is Status.UNSCHEDULABLE
+                assert outcomes.texts[outcomes.reason[k]] == found.reason, (k, gpu)
+                texts.add(found.reason)
+    assert any("compute on one GPU, free" in t for t in texts)
+    assert any("MiB on one GPU, largest free" in t for t in texts)
+    assert any(t.startswith("needs 2 GPUs") and "(" in t for t in texts)  # several GPUs, with why
+    assert len(texts) > 10
+    assert not any("%" in t for t in texts)  # kube-scheduler formats reasons with Go's fmt
