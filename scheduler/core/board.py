@@ -689,10 +689,11 @@ class Board:
         lines = np.arange(len(positions))
         best_id = np.where(refused.any(axis=1), devices[lines, best], 0)  # 0: none refused
         options = hosting.sum(axis=1) if gpu.count > 1 else np.zeros(len(positions), dtype=np.int64)
-        keys = np.column_stack([self._kind[positions].astype(np.int64), options, best_id])
-        unique, _, inverse = _unique_rows(keys)
-        kinds, counts, best_ids = unique.T
-        whys, why_of = self._refused_reasons(gpu, table, best_ids)
+        column = np.where(best_id > 0, best, 0)  # of that GPU: a refusal may name it
+        keys = np.column_stack([self._kind[positions].astype(np.int64), options, best_id, column])
+        unique, first, inverse = _unique_rows(keys)
+        kinds, counts, best_ids, columns = unique.T
+        whys, why_of = self._refused_reasons(gpu, table, best_ids, positions[first], columns)
         for kind in np.unique(kinds).tolist():  # the kind's own reason (no model or mode accepted) first
             found = kind_reason(gpu, self._kind_nodes[kind])
             if found is not None:
@@ -708,33 +709,47 @@ class Board:
         reasons: np.ndarray = texts[pair_of[inverse]]
         return reasons
 
-    def _refused_reasons(self, gpu: GpuRequest, table: _Hosting, ids: np.ndarray) -> tuple[list[str], np.ndarray]:
+    def _refused_reasons(
+        self, gpu: GpuRequest, table: _Hosting, ids: np.ndarray, at: np.ndarray, columns: np.ndarray
+    ) -> tuple[list[str], np.ndarray]:
         """:func:`~.fit.refused_reason` of the refusals of the device states ``ids`` (allowed, not
-        hosting ``gpu``; 0: none refused), as texts and each id's place among them. Where the
-        rules of arrays say what is short (:func:`~.capacity.rows_shortages`: compute or memory
-        on MPS and time-slicing GPUs), one text per distinct shortage, every such state at once;
-        the others from :meth:`_refusal`, one by one."""
+        hosting ``gpu``; 0: none refused) by the GPU in column ``columns[k]`` of the node at
+        position ``at[k]``, as texts and each one's place among them. Where the rules of arrays
+        say what is short (:func:`~.capacity.rows_shortages`: compute or memory on MPS and
+        time-slicing GPUs), one text per distinct shortage, every such state at once; the
+        others from :meth:`_refusal`, one by one, read for the GPU's own index (a state's
+        refusal is kept from the first GPU met in it)."""
         distinct, id_of = np.unique(ids, return_inverse=True)
         whys = [refused_reason(None)]
         place = np.zeros(len(distinct), dtype=np.int64)
         refused = np.flatnonzero(distinct > 0)
         arrayable = self._by_arrays(gpu, distinct[refused])
-        one_by_one = refused[~arrayable]
+        asked = np.zeros(len(distinct), dtype=bool)
+        asked[refused[~arrayable]] = True
         if arrayable.any():
-            at = refused[arrayable]
-            rows, _, memory, compute = self._state_shares(gpu, distinct[at])
+            shared = refused[arrayable]
+            rows, _, memory, compute = self._state_shares(gpu, distinct[shared])
             shortages, _, shortage_of = _unique_rows(np.column_stack(rows_shortages(rows, memory, compute)))
             text_of = np.full(len(shortages), -1, dtype=np.int64)
             for k, (what, need, left) in enumerate(shortages.tolist()):
                 if what:
                     text_of[k] = len(whys)
                     whys.append(short_reason(what, need, left))
-            place[at] = found = text_of[shortage_of]
-            one_by_one = np.concatenate([one_by_one, at[found < 0]])
-        for k in one_by_one.tolist():
-            place[k] = len(whys)
-            whys.append(refused_reason(self._refusal(gpu, table, int(distinct[k]))))
-        return whys, place[id_of]
+            place[shared] = found = text_of[shortage_of]
+            asked[shared[found < 0]] = True
+        out = place[id_of]
+        told: dict[tuple[int, int], int] = {}
+        for k in np.flatnonzero(asked[id_of]).tolist():
+            device_id = int(ids[k])
+            refusal = self._refusal(gpu, table, device_id)
+            if refusal.gpu >= 0:
+                refusal = refusal.on(self._state(int(at[k])).node.devices[int(columns[k])].index)
+            place_of = told.get((device_id, refusal.gpu))
+            if place_of is None:
+                place_of = told[device_id, refusal.gpu] = len(whys)
+                whys.append(refused_reason(refusal))
+            out[k] = place_of
+        return whys, out
 
     def _text(self, text: str) -> int:
         found = self._text_ids.get(text)

@@ -56,11 +56,20 @@ EMPTY = DeviceUsage()
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """Why a share does not fit on one GPU. ``need_mib`` is set when memory is what is short:
-    a node's reason then names the largest free memory of its GPUs instead of one GPU's."""
+    a node's reason then names the largest free memory of its GPUs instead of one GPU's.
+    ``gpu``: the index of the GPU the text names (-1: none). Answers are kept per GPU state,
+    which GPUs at other indices share: :meth:`on` reads one for the GPU at hand."""
 
     text: str
     free_mib: int
     need_mib: int | None = None
+    gpu: int = -1
+
+    def on(self, index: int) -> Refusal:
+        """This refusal as GPU ``index`` in the same state gives it (its text names that GPU)."""
+        if self.gpu < 0 or self.gpu == index:
+            return self
+        return Refusal(self.text.replace(f"GPU {self.gpu}", f"GPU {index}"), self.free_mib, self.need_mib, index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +106,8 @@ def unhealthy(device: Device) -> Refusal | None:
     """Why ``device`` takes no new share (None while it is healthy)."""
     if device.healthy:
         return None
-    return Refusal(f"GPU {device.index} is unhealthy: {device.unhealthy_reason or 'reported by the node agent'}", 0)
+    reason = device.unhealthy_reason or "reported by the node agent"
+    return Refusal(f"GPU {device.index} is unhealthy: {reason}", 0, gpu=device.index)
 
 
 def stray_refusal(node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) -> Refusal | None:
@@ -108,7 +118,7 @@ def stray_refusal(node: Node, device: Device, usage: DeviceUsage, share: DeviceS
     if stray <= 0 or device.mode is SharingMode.MIG:
         return None
     if device.mode is SharingMode.EXCLUSIVE:
-        return Refusal(f"GPU {device.index} is not free: {_held(stray)}", 0)
+        return Refusal(f"GPU {device.index} is not free: {_held(stray)}", 0, gpu=device.index)
     cap = device.memory_mib if device.mode is SharingMode.MPS else device.memory_mib * node.ts_memory_oversub_pct // 100
     left = max(0, cap - usage.memory_mib - stray)
     if share.memory_mib <= left:
@@ -146,7 +156,7 @@ def refusal(node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) 
     free_mib = max(0, device.memory_mib - usage.memory_mib)
 
     def no(text: str, free: int = free_mib) -> Refusal:
-        return Refusal(text, free)
+        return Refusal(text, free, gpu=device.index)
 
     if share.mode is not device.mode:
         return no(f"GPU {device.index} is in mode {device.mode}, not {share.mode}")

@@ -135,7 +135,7 @@ def _work_out(
     if device.mode is SharingMode.MIG:
         found = _mig_profiles(gpu, device)
         if isinstance(found, str):
-            return Refusal(found, free_mib)
+            return Refusal(found, free_mib, gpu=device.index)
         profiles, names = found
         if gpu.kind is GpuKind.MIG:
             return _mig_share(device, usage, profiles, names)
@@ -148,7 +148,7 @@ def _work_out(
             kept = _COVERED[key, names] = _mig_share(device, usage, profiles, names)
         return kept
     if gpu.kind is GpuKind.MIG:
-        return Refusal(f"GPU {device.index} is not in MIG mode", free_mib)
+        return Refusal(f"GPU {device.index} is not in MIG mode", free_mib, gpu=device.index)
     memory, compute = gpu.share_on(device)
     if device.mode is SharingMode.EXCLUSIVE and memory <= device.memory_mib and compute <= MILLI:
         if (memory, compute) != (device.memory_mib, MILLI) and SharingMode.EXCLUSIVE not in gpu.sharing:
@@ -157,6 +157,7 @@ def _work_out(
             return Refusal(
                 f"GPU {device.index} is exclusive: part of a GPU needs a shared GPU, or sharing listing exclusive",
                 free_mib,
+                gpu=device.index,
             )
         memory, compute = device.memory_mib, MILLI  # an exclusive GPU is given whole, whatever was asked
     share = DeviceShare(device.uuid, device.index, device.mode, memory, compute)
@@ -195,7 +196,7 @@ def device_share(
         found = known[key] = _work_out(gpu, node, device, usage, key)
         _entries[0] += 1
     if isinstance(found, Refusal):
-        return found
+        return found.on(device.index)  # kept from a GPU in the same state, maybe at another index
     uuid = device.uuid
     if found.instance_start is not None:
         uuid = next(i.uuid for i in device.mig_instances if i.start == found.instance_start) or device.uuid

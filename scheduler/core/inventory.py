@@ -85,6 +85,7 @@ class Device:
             tuple((i.profile.name, i.start) for i in self.mig_instances),
             self.mig_allowed,
             self.healthy,
+            self.unhealthy_reason,  # what a refusal of the GPU says
             tuple((i.profile.name, i.start) for i in self.mig_taken),
             self.stray_memory_mib,
         )

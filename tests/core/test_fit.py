@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from scheduler.core.board import Board
 from scheduler.core.fit import fit
 from scheduler.core.inventory import Node, SharingMode
+from scheduler.core.policies import make_policy
 from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.state import NodeState
 from tests.builders import make_device, make_state
@@ -97,3 +99,27 @@ def test_gpu_pod_on_a_node_without_gpus() -> None:
         fit(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 1)), NodeState.empty(Node("cpu", 4000, 8192))).reason
         == "node has no GPUs"
     )
+
+
+def test_a_reason_names_the_gpu_of_its_own_node_whatever_was_asked_before() -> None:
+    """Answers are kept per GPU state, which GPUs at other indices share: node p's GPU 0 and
+    node q's GPU 1 hold the same 0.3 GPU on time-slicing GPUs of one replica. Asked of p
+    first, q's reason must still name q's own GPU 1 (its most free memory: 1 - 0.3 against
+    1 - 0.8), through fit and through the board."""
+    p = make_state(name="p", gpus=1, mode="time-slicing", device_options={"replicas": 1})
+    p = p.apply("a", fit(_fraction(300), p).allocations[0])
+    q = make_state(name="q", gpus=2, mode="time-slicing", device_options={"replicas": 1})
+    q = q.apply("b", fit(_fraction(800), q).allocations[0])  # GPU 0
+    q = q.apply("c", fit(_fraction(300), q).allocations[0])  # GPU 1, as p's GPU 0
+    asked = _fraction(500)
+    assert fit(asked, p).reason == "GPU 0 has no free time-slicing replica (of 1)"
+    assert fit(asked, q).reason == "GPU 1 has no free time-slicing replica (of 1)"
+    outcomes = Board([p, q]).filter(make_policy("binpack"), _fraction(400))
+    assert [outcomes.texts[r] for r in outcomes.reason] == [
+        "GPU 0 has no free time-slicing replica (of 1)",
+        "GPU 1 has no free time-slicing replica (of 1)",
+    ]
+
+
+def _fraction(milli: int) -> Demand:
+    return Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=milli))

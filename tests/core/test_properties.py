@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.core import board as board_module
+from scheduler.core import fit as fit_module
 from scheduler.core.allocation import Allocation, DeviceShare, MigSlot, decode_record, encode_record
 from scheduler.core.board import Board, Status, _unique_rows
 from scheduler.core.capacity import Refusal, free
@@ -501,6 +502,39 @@ def _busy_states(drawn: list[tuple[Node, list[int], list[int]]], warmup: list[De
 BUSY_NODES = st.lists(
     st.tuples(nodes(), st.lists(st.integers(0, 3)), st.lists(st.integers(0, 3))), min_size=1, max_size=4
 )
+
+
+def _fresh_fit(demand: Demand, state: NodeState) -> str:
+    """fit's reason for ``state`` with its tables empty, as if no other node had been asked."""
+    fit_module._SHARES.clear()
+    fit_module._COVERED.clear()
+    return fit(demand, state).reason
+
+
+@given(
+    BUSY_NODES,
+    st.lists(demands(), max_size=10),
+    st.lists(demands(), min_size=1, max_size=4),
+    st.integers(0, 30_000),
+)
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+def test_a_nodes_reason_does_not_depend_on_what_was_asked_before(
+    drawn: list[tuple[Node, list[int], list[int]]], warmup: list[Demand], asked: list[Demand], stray: int
+) -> None:
+    """fit and the board keep answers per GPU state (its kind and usage, not which GPU of
+    which node holds it): a node's reason, asked after every node, must read as asked of that
+    node first, through fit and through the board alike."""
+    states = _busy_states(drawn, warmup, stray)
+    board = Board(states)
+    policy = make_policy("binpack")
+    for demand in asked:
+        after_all = [fit(demand, state).reason for state in states]
+        outcomes = board.filter(policy, demand)
+        for k, state in enumerate(states):
+            first = _fresh_fit(demand, state)
+            assert after_all[k] == first, k
+            if Status(int(outcomes.status[k])) is Status.UNSCHEDULABLE:
+                assert outcomes.texts[outcomes.reason[k]] == first, k
 
 
 @given(
