@@ -518,48 +518,26 @@ def _fresh_fit(demand: Demand, state: NodeState) -> str:
     st.integers(0, 30_000),
 )
 @settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
-def test_a_nodes_reason_does_not_depend_on_what_was_asked_before(
-    drawn: list[tuple[Node, list[int], list[int]]], warmup: list[Demand], asked: list[Demand], stray: int
-) -> None:
-    """fit and the board keep answers per GPU state (its kind and usage, not which GPU of
-    which node holds it): a node's reason, asked after every node, must read as asked of that
-    node first, through fit and through the board alike."""
-    states = _busy_states(drawn, warmup, stray)
-    board = Board(states)
-    policy = make_policy("binpack")
-    for demand in asked:
-        after_all = [fit(demand, state).reason for state in states]
-        outcomes = board.filter(policy, demand)
-        for k, state in enumerate(states):
-            first = _fresh_fit(demand, state)
-            assert after_all[k] == first, k
-            if Status(int(outcomes.status[k])) is Status.UNSCHEDULABLE:
-                assert outcomes.texts[outcomes.reason[k]] == first, k
-
-
-@given(
-    BUSY_NODES,
-    st.lists(demands(), max_size=10),
-    st.lists(demands(), min_size=1, max_size=4),
-    st.integers(0, 30_000),
-)
-@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
 def test_the_boards_filter_answers_as_fit_node_by_node(
     drawn: list[tuple[Node, list[int], list[int]]], warmup: list[Demand], asked: list[Demand], stray: int
 ) -> None:
     """The board asks whether a GPU state can take a share of every MPS and time-slicing state
     at once (capacity.rows_fit) and of the others one by one: per node, its filter must say
     what fit says (fits or not, and the same reason), on nodes with stray memory and
-    unhealthy GPUs among the rest, as pods come and go."""
+    unhealthy GPUs among the rest, as pods come and go. Both keep answers per GPU state (its
+    kind and usage, not which GPU of which node holds it): a node's reason, asked after every
+    node, must also read as asked of that node first."""
     states = _busy_states(drawn, warmup, stray)
     board = Board(states)
     policy = make_policy("binpack")
     for demand in asked:
+        after_all = [fit(demand, state) for state in states]
         outcomes = board.filter(policy, demand)
         for k, state in enumerate(states):
-            found = fit(demand, state)
+            found = after_all[k]
             status = Status(int(outcomes.status[k]))
             assert (status is Status.FITS) == bool(found), (k, found.reason)
+            assert found.reason == _fresh_fit(demand, state), k
             if status is Status.UNSCHEDULABLE:
                 assert outcomes.texts[outcomes.reason[k]] == found.reason
                 assert "%" not in found.reason  # it reaches Go's fmt in kube-scheduler
