@@ -57,6 +57,7 @@ from .fit import (
     refused_reason,
     sharing_share,
     short_reason,
+    state_question,
 )
 from .fragmentation import ShareCandidates
 from .groups import Groups, device_group, node_group
@@ -268,6 +269,7 @@ def _signature(kind: int, state: NodeState) -> Hashable:
 
 
 class Board:
+    _MAX_ANSWERS = 65_536  # kept answers of MIG and exclusive GPU states (see _answers)
     _MAX_TABLES = 128  # per kind of table; a score table is about 36 bytes per node
     _MAX_TEXTS = 100_000
     _ID_SLACK = 4096  # ids past four per node (per GPU) and this many: numbered again
@@ -309,6 +311,10 @@ class Board:
         self._dev_ids = _Ids()
         self._dev_ids.of(None)
         self._dev_states: list[tuple[Node, Device, DeviceUsage] | None] = [None]
+        # per (fit.state_question, device state id) of MIG and exclusive GPUs: the milli-GPU a
+        # share takes there, or the refusal; requests of one question share it (a new memory
+        # size is a new request, rarely a new question)
+        self._answers: dict[tuple[Hashable, int], int | Refusal] = {}
         # per device state id: its device kind, then what the MPS and time-slicing rules read
         # (capacity.usage_row), so that a request is asked of every such state at once
         self._dev_rows: list[tuple[int, ...]] = [(-1,) + (0,) * (_DEV_COLUMNS - 1)]  # id 0: no device
@@ -531,6 +537,7 @@ class Board:
         self._dev_rows = self._dev_rows[:1]
         self._dev_array = self._dev_array[:0]
         self._hosting.clear()
+        self._answers.clear()
         for table in self._scores.values():
             table.by_signature.clear()
         for i, state in enumerate(self._states):
@@ -571,6 +578,8 @@ class Board:
         if not unknown.any():
             return table
         ids = self._hosted_at_once(gpu, table, np.unique(rows[unknown]))
+        questions: dict[int, Hashable | None] = {}  # per device kind
+        answers = self._answers
         for device_id in ids.tolist():
             entry = self._dev_states[device_id]
             assert entry is not None
@@ -580,12 +589,22 @@ class Board:
             table.known[device_id] = True
             if not allowed:  # the pod's selectors rule the GPU out: no capacity question
                 continue
-            result = device_share(gpu, node, device, usage)
-            if isinstance(result, Refusal):
-                table.refusals[device_id] = result
+            if device.kind not in questions:
+                questions[device.kind] = state_question(gpu, device)
+            question = questions[device.kind]
+            answer = answers.get((question, device_id)) if question is not None else None
+            if answer is None:
+                result = device_share(gpu, node, device, usage)
+                answer = result if isinstance(result, Refusal) else share_milli(result)
+                if question is not None:
+                    if len(answers) >= self._MAX_ANSWERS:
+                        answers.clear()
+                    answers[question, device_id] = answer
+            if isinstance(answer, Refusal):
+                table.refusals[device_id] = answer
             else:
                 table.hosts[device_id] = True
-                table.took[device_id] = share_milli(result)
+                table.took[device_id] = answer
         return table
 
     def _hosted_at_once(self, gpu: GpuRequest, table: _Hosting, ids: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ and kept in a bounded table: many GPUs of a cluster are alike.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations, islice
@@ -124,6 +125,29 @@ def mig_question(gpu: GpuRequest, device: Device) -> str | None:
         return None
     found = _mig_profiles(gpu, device)
     return None if isinstance(found, str) else found[1]
+
+
+def state_question(gpu: GpuRequest, device: Device) -> Hashable | None:
+    """For a healthy GPU in MIG or exclusive mode: what decides :func:`device_share`'s answer
+    for one share of ``gpu`` beyond the GPU's state (:func:`~.capacity.device_key`): requests
+    with equal questions take the same share of GPUs in equal states, or get the same refusal
+    (read for the GPU at hand: :meth:`~.capacity.Refusal.on`). It depends on the request and
+    the device's kind only. None for the other modes (the rules of arrays answer them) and
+    for an unhealthy GPU."""
+    if not device.healthy:
+        return None
+    if device.mode is SharingMode.MIG:
+        found = _mig_profiles(gpu, device)
+        return ("refused", found) if isinstance(found, str) else ("profiles", found[1])
+    if device.mode is not SharingMode.EXCLUSIVE:
+        return None
+    if gpu.kind is GpuKind.MIG:
+        return ("not in MIG mode",)
+    memory, compute = gpu.share_on(device)
+    if memory <= device.memory_mib and compute <= MILLI:
+        whole = (memory, compute) == (device.memory_mib, MILLI) or SharingMode.EXCLUSIVE in gpu.sharing
+        return ("whole",) if whole else ("part of a GPU",)
+    return ("asks", memory, compute)  # more than the GPU has: the refusal names the amounts
 
 
 def _work_out(

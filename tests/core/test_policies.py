@@ -335,3 +335,52 @@ def test_the_boards_reasons_on_shared_gpus_are_fits_written_once_per_shortage() 
     assert any(t.startswith("needs 2 GPUs") and "(" in t for t in texts)  # several GPUs, with why
     assert len(texts) > 10
     assert not any("%" in t for t in texts)  # kube-scheduler formats reasons with Go's fmt
+
+
+def test_requests_of_one_question_share_the_boards_answers_on_mig_and_exclusive_gpus() -> None:
+    """The board keeps what a MIG or exclusive GPU state answers per question (fit's
+    state_question), not per request: requests asked one after the other on one board, some
+    of one question (fractions that the same MIG profiles cover), some not (part of an
+    exclusive GPU, or the whole of it; more than a GPU has), must each filter and score as
+    fit and the plain ranking say, node by node."""
+    from scheduler.core.catalog import ProfileSpec
+    from scheduler.core.fit import state_question
+
+    states = []
+    for k in range(8):
+        mode = "mig" if k % 2 else "exclusive"
+        state = make_state(name=f"n{k}", gpus=2, mode=mode, model="H100-80GB")
+        for j in range(k // 2):  # 0 to 3 pods placed: a different state per node
+            taken = Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=250 * (j + 1), sharing=frozenset()))
+            whole = Demand(0, 0, GpuRequest(GpuKind.WHOLE, 1))
+            found = fit(taken if mode == "mig" else whole, state)
+            if found:
+                state = state.apply(f"p{k}-{j}", found.allocations[0])
+        states.append(state)
+    asked = [
+        GpuRequest(GpuKind.SHARE, 1, fraction_milli=100),
+        GpuRequest(GpuKind.SHARE, 1, fraction_milli=120),  # the question of 0.1 on MIG GPUs
+        GpuRequest(GpuKind.SHARE, 1, fraction_milli=500),
+        GpuRequest(GpuKind.SHARE, 1, fraction_milli=500, sharing=frozenset({SharingMode.EXCLUSIVE})),
+        GpuRequest(GpuKind.SHARE, 1, memory_mib=90_000),  # more than any GPU has
+        GpuRequest(GpuKind.SHARE, 1, memory_mib=95_000),
+        GpuRequest(GpuKind.WHOLE, 1),
+        GpuRequest(GpuKind.MIG, 1, profile=ProfileSpec.parse("3g.40gb")),
+        GpuRequest(GpuKind.SHARE, 1, memory_mib=30_000),
+    ]
+    mig, exclusive = states[1].node.devices[0], states[0].node.devices[0]
+    assert state_question(asked[0], mig) == state_question(asked[1], mig) != state_question(asked[2], mig)
+    assert state_question(asked[2], exclusive) != state_question(asked[3], exclusive)
+    assert state_question(asked[3], exclusive) == state_question(asked[6], exclusive)
+    board = Board(states)
+    policy = make_policy("binpack")
+    for gpu in asked:
+        demand = Demand(0, 0, gpu)
+        outcomes = board.filter(policy, demand)
+        for k, state in enumerate(states):
+            found = fit(demand, state)
+            assert outcomes.fits()[k] == bool(found), (k, gpu)
+            if Status(int(outcomes.status[k])) is Status.UNSCHEDULABLE:
+                assert outcomes.texts[outcomes.reason[k]] == found.reason, (k, gpu)
+        ranking = {p.node: p.score for p in rank(policy, demand, states).placements}
+        assert board.scores(policy, demand).tolist() == [ranking.get(s.node.name, -np.inf) for s in states]
