@@ -28,7 +28,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from itertools import repeat
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -41,6 +41,7 @@ from .capacity import (
     rows_add_share,
     rows_fit,
     rows_refused_free,
+    rows_refused_rule,
     rows_shortages,
     share_milli,
     usage_row,
@@ -68,6 +69,8 @@ from .select import NO_MOVE, Placement, Scored, evaluate, finish, firsts, score_
 from .state import NodeState
 
 UNKNOWN_NODE = "node unknown to gpuslice"
+_ARRAYS_FROM = 24  # refusing device states from which Board._refused_facts asks with arrays
+_UNKNOWN, _NAMES_GPU = -1, -2  # of a device state's reason kept in a _Hosting table (see there)
 _READS_PER_NODE = frozenset({Reads.GAPS, Reads.PODS})  # what score_took cannot answer (see Board._score_took)
 # nodes from which a policy's score_nodes pays (fgd-reserve on new node states: 1.1x at 16, 0.8x at 32)
 _AT_ONCE_FROM = 32
@@ -153,7 +156,7 @@ class _Hosting:
     reason asked only for the states of nodes that must say why); worked out only for the
     device states of the nodes asked about."""
 
-    __slots__ = ("allowed", "hosts", "known", "refusals", "took")
+    __slots__ = ("allowed", "free", "hosts", "known", "refusals", "short", "took", "why", "whys")
 
     def __init__(self) -> None:
         self.known = np.ones(1, dtype=bool)  # id 0: no device
@@ -161,6 +164,14 @@ class _Hosting:
         self.hosts = np.zeros(1, dtype=bool)
         self.took = np.zeros(1, dtype=np.int64)  # where it hosts: the milli-GPU its share takes
         self.refusals: dict[int, Refusal] = {}  # why, of the device states that refuse (as asked)
+        # a refusing state's fit.refused_reason, as its place in whys (id 0, none refused:
+        # "no GPU matches"); _UNKNOWN: not asked yet; _NAMES_GPU: its text names the GPU, so
+        # it is read per node (see Board._refused_reasons)
+        self.whys = _Ids()
+        self.whys.of(refused_reason(None))
+        self.why = np.zeros(1, dtype=np.int64)
+        self.free = np.full(1, -1, dtype=np.int64)  # a refusing state's free MiB (-1: not asked yet)
+        self.short = np.zeros((3, 1), dtype=np.int64)  # its capacity.rows_shortages (0: another rule)
 
     def grow(self, size: int) -> None:
         """Nothing to do: :meth:`Board._hosted` works out device states as they appear."""
@@ -574,6 +585,9 @@ class Board:
             table.allowed = np.concatenate([table.allowed, np.zeros(extra, dtype=bool)])
             table.hosts = np.concatenate([table.hosts, np.zeros(extra, dtype=bool)])
             table.took = np.concatenate([table.took, np.zeros(extra, dtype=np.int64)])
+            table.why = np.concatenate([table.why, np.full(extra, _UNKNOWN, dtype=np.int64)])
+            table.free = np.concatenate([table.free, np.full(extra, -1, dtype=np.int64)])
+            table.short = np.concatenate([table.short, np.zeros((3, extra), dtype=np.int64)], axis=1)
         unknown = ~table.known[rows]
         if not unknown.any():
             return table
@@ -653,19 +667,22 @@ class Board:
             shares[:, k] = gpu.share_on(device)
         return rows[:, 1:], allowed[inverse], shares[0, inverse], shares[1, inverse]
 
-    def _refused_free(self, gpu: GpuRequest, table: _Hosting, ids: np.ndarray) -> np.ndarray:
-        """The free memory (MiB) that the refusals of the device states ``ids`` (allowed, not
-        hosting ``gpu``) report: of a share or whole GPUs on MPS and time-slicing states, by
-        the rules of arrays (:func:`~.capacity.rows_refused_free`); of the others, from
-        :meth:`_refusal`."""
+    def _refused_facts(self, gpu: GpuRequest, table: _Hosting, ids: np.ndarray) -> None:
+        """Keep in ``table`` for the device states ``ids`` (allowed, not hosting ``gpu``) the free
+        memory (MiB) their refusals report and, where the rules of arrays answer (MPS and
+        time-slicing states), what is short (:func:`~.capacity.rows_shortages`), all at once
+        from the first rule each breaks; the other states' from :meth:`_refusal`."""
         free = np.zeros(len(ids), dtype=np.int64)
-        arrayable = self._by_arrays(gpu, ids)
+        # a few states (a window of nodes moves on) cost less one by one than the arrays' setup
+        arrayable = self._by_arrays(gpu, ids) if len(ids) >= _ARRAYS_FROM else np.zeros(len(ids), dtype=bool)
         if arrayable.any():
             rows, _, memory, compute = self._state_shares(gpu, ids[arrayable])
-            free[arrayable] = rows_refused_free(rows, memory, compute)
+            rule = rows_refused_rule(rows, memory, compute)
+            free[arrayable] = rows_refused_free(rows, memory, compute, rule)
+            table.short[:, ids[arrayable]] = rows_shortages(rows, memory, compute, rule)
         for k in np.flatnonzero(~arrayable).tolist():
             free[k] = self._refusal(gpu, table, int(ids[k])).free_mib
-        return free
+        table.free[ids] = free
 
     def _refusal(self, gpu: GpuRequest, table: _Hosting, device_id: int) -> Refusal:
         """Why the device state ``device_id`` (allowed, not hosting) refuses ``gpu``."""
@@ -701,9 +718,10 @@ class Board:
         free = np.full(devices.shape, -1, dtype=np.int64)  # of the refused GPUs (refusals have >= 0)
         if refused.any():
             ids = np.unique(devices[refused])
-            known = np.zeros(len(self._dev_ids), dtype=np.int64)
-            known[ids] = self._refused_free(gpu, table, ids)
-            free = np.where(refused, known[devices], -1)
+            fresh = ids[table.free[ids] < 0]
+            if len(fresh):
+                self._refused_facts(gpu, table, fresh)
+            free = np.where(refused, table.free[devices], -1)
         best = free.argmax(axis=1)  # the first of the most free memory
         lines = np.arange(len(positions))
         best_id = np.where(refused.any(axis=1), devices[lines, best], 0)  # 0: none refused
@@ -732,43 +750,41 @@ class Board:
         self, gpu: GpuRequest, table: _Hosting, ids: np.ndarray, at: np.ndarray, columns: np.ndarray
     ) -> tuple[list[str], np.ndarray]:
         """:func:`~.fit.refused_reason` of the refusals of the device states ``ids`` (allowed, not
-        hosting ``gpu``; 0: none refused) by the GPU in column ``columns[k]`` of the node at
-        position ``at[k]``, as texts and each one's place among them. Where the rules of arrays
-        say what is short (:func:`~.capacity.rows_shortages`: compute or memory on MPS and
-        time-slicing GPUs), one text per distinct shortage, every such state at once; the
-        others from :meth:`_refusal`, one by one, read for the GPU's own index (a state's
-        refusal is kept from the first GPU met in it)."""
-        distinct, id_of = np.unique(ids, return_inverse=True)
-        whys = [refused_reason(None)]
-        place = np.zeros(len(distinct), dtype=np.int64)
-        refused = np.flatnonzero(distinct > 0)
-        arrayable = self._by_arrays(gpu, distinct[refused])
-        asked = np.zeros(len(distinct), dtype=bool)
-        asked[refused[~arrayable]] = True
-        if arrayable.any():
-            shared = refused[arrayable]
-            rows, _, memory, compute = self._state_shares(gpu, distinct[shared])
-            shortages, _, shortage_of = _unique_rows(np.column_stack(rows_shortages(rows, memory, compute)))
-            text_of = np.full(len(shortages), -1, dtype=np.int64)
-            for k, (what, need, left) in enumerate(shortages.tolist()):
-                if what:
-                    text_of[k] = len(whys)
-                    whys.append(short_reason(what, need, left))
-            place[shared] = found = text_of[shortage_of]
-            asked[shared[found < 0]] = True
-        out = place[id_of]
+        hosting ``gpu``, their facts kept by :meth:`_refused_facts`; 0: none refused) by the
+        GPU in column ``columns[k]`` of the node at position ``at[k]``, as texts and each one's
+        place among them. Each state's is kept in ``table`` once written: where what is short
+        is known, one text per distinct shortage; the others from :meth:`_refusal`, and those
+        whose text names the GPU read per node for the GPU's own index (a state's refusal is
+        kept from the first GPU met in it)."""
+        known = table.why
+        distinct = np.unique(ids)
+        fresh = distinct[known[distinct] == _UNKNOWN]
+        if len(fresh):
+            written: dict[tuple[int, int, int], int] = {}
+            what, need, left = table.short[:, fresh].tolist()
+            for device_id, shortage in zip(fresh.tolist(), zip(what, need, left, strict=True), strict=True):
+                if shortage[0]:
+                    place = written.get(shortage)
+                    if place is None:
+                        place = written[shortage] = table.whys.of(short_reason(*shortage))
+                    known[device_id] = place
+                else:
+                    refusal = self._refusal(gpu, table, device_id)
+                    known[device_id] = _NAMES_GPU if refusal.gpu >= 0 else table.whys.of(refused_reason(refusal))
+        places = known[ids]
+        whys = cast(list[str], list(table.whys.values))  # texts only
         told: dict[tuple[int, int], int] = {}
-        for k in np.flatnonzero(asked[id_of]).tolist():
+        for k in np.flatnonzero(places == _NAMES_GPU).tolist():
             device_id = int(ids[k])
-            refusal = self._refusal(gpu, table, device_id)
-            if refusal.gpu >= 0:
-                refusal = refusal.on(self._state(int(at[k])).node.devices[int(columns[k])].index)
-            place_of = told.get((device_id, refusal.gpu))
-            if place_of is None:
-                place_of = told[device_id, refusal.gpu] = len(whys)
+            refusal = self._refusal(gpu, table, device_id).on(
+                self._state(int(at[k])).node.devices[int(columns[k])].index
+            )
+            found = told.get((device_id, refusal.gpu))
+            if found is None:
+                found = told[device_id, refusal.gpu] = len(whys)
                 whys.append(refused_reason(refusal))
-            out[k] = place_of
-        return whys, out
+            places[k] = found
+        return whys, places
 
     def _text(self, text: str) -> int:
         found = self._text_ids.get(text)

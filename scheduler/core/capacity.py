@@ -302,24 +302,29 @@ def rows_refused_rule(rows: np.ndarray, memory_mib: np.ndarray, compute_milli: n
     return rule
 
 
-def rows_refused_free(rows: np.ndarray, memory_mib: np.ndarray, compute_milli: np.ndarray) -> np.ndarray:
+def rows_refused_free(
+    rows: np.ndarray, memory_mib: np.ndarray, compute_milli: np.ndarray, rule: np.ndarray | None = None
+) -> np.ndarray:
     """Per share that does not fit the GPU state of ``rows[i]`` (see :func:`rows_fit`): the free
     memory (MiB) the :class:`Refusal` of :func:`refusal`, else of :func:`stray_refusal`, reports;
-    the first rule the share breaks (:func:`rows_refused_rule`) decides which. Meaningless
-    where the share fits. Held to the two refusals pair by pair in ``tests/core/test_capacity.py``."""
+    the first rule the share breaks (:func:`rows_refused_rule`, or ``rule`` if given) decides
+    which. Meaningless where the share fits. Held to the two refusals pair by pair in
+    ``tests/core/test_capacity.py``."""
     _, total, memory_cap, _, _, used_memory, _, _, _, stray = rows.T
     device_free = np.maximum(0, total - used_memory)
     room = memory_cap - used_memory
     by_rule = [device_free, 0, device_free, device_free, np.maximum(0, room), np.maximum(0, room - stray)]
-    free: np.ndarray = np.choose(rows_refused_rule(rows, memory_mib, compute_milli), by_rule)
+    broken = rows_refused_rule(rows, memory_mib, compute_milli) if rule is None else rule
+    free: np.ndarray = np.choose(broken, by_rule)
     return free
 
 
 SHORT_MEMORY, SHORT_COMPUTE = 1, 2  # what rows_shortages finds short (0: another rule broken)
+_SHORT_OF_RULE = np.array([0, 0, 0, SHORT_COMPUTE, SHORT_MEMORY, SHORT_MEMORY])  # by rows_refused_rule
 
 
 def rows_shortages(
-    rows: np.ndarray, memory_mib: np.ndarray, compute_milli: np.ndarray
+    rows: np.ndarray, memory_mib: np.ndarray, compute_milli: np.ndarray, rule: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per share that does not fit the GPU state of ``rows[i]`` (see :func:`rows_fit`): what
     its :class:`Refusal` (of :func:`refusal`, else :func:`stray_refusal`) says is short, as
@@ -328,18 +333,16 @@ def rows_shortages(
     (``free_mib``); :data:`SHORT_COMPUTE`, the milli-GPU asked and the milli-GPU left; 0 where
     it breaks another rule (ask :func:`refusal`). A node's reason is written from these (see
     :func:`~.fit.short_reason`), once per distinct triple. Held to the two refusals pair by
-    pair in ``tests/core/test_capacity.py``."""
+    pair in ``tests/core/test_capacity.py``. ``rule``: :func:`rows_refused_rule`'s answer, if
+    known."""
     _, _, memory_cap, compute_cap, _, used_memory, used_compute, _, _, stray = rows.T
-    rule = rows_refused_rule(rows, memory_mib, compute_milli)
-    room = np.maximum(0, memory_cap - used_memory)
-    what = np.select(
-        [rule == COMPUTE_SHORT, (rule == MEMORY_SHORT) | (rule == STRAY_SHORT)], [SHORT_COMPUTE, SHORT_MEMORY], 0
-    )
-    need = np.where(what == SHORT_COMPUTE, compute_milli, np.where(what == SHORT_MEMORY, memory_mib, 0))
-    left = np.select(
-        [what == SHORT_COMPUTE, rule == MEMORY_SHORT, rule == STRAY_SHORT],
-        [np.maximum(0, compute_cap - used_compute), room, np.maximum(0, memory_cap - used_memory - stray)],
-        0,
+    if rule is None:
+        rule = rows_refused_rule(rows, memory_mib, compute_milli)
+    room = memory_cap - used_memory
+    what = _SHORT_OF_RULE[rule]
+    need = np.where(what == SHORT_COMPUTE, compute_milli, memory_mib) * (what > 0)
+    left = np.choose(
+        rule, [0, 0, 0, np.maximum(0, compute_cap - used_compute), np.maximum(0, room), np.maximum(0, room - stray)]
     )
     return what, need, left
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from scheduler.core import board as board_module
 from scheduler.core.board import Board, Status, _share_on
 from scheduler.core.fit import device_share, fit, hosts
 from scheduler.core.fragmentation import TypicalWorkload
@@ -289,11 +290,16 @@ def test_the_board_scores_several_whole_gpus_on_the_gpus_fit_would_take(name: st
     assert got.tolist() == [expected["used"], expected["idle"], expected["exclusive"], -np.inf]
 
 
-def test_the_boards_reasons_on_shared_gpus_are_fits_written_once_per_shortage() -> None:
+@pytest.mark.parametrize("arrays_from", [1, 10**9])
+def test_the_boards_reasons_on_shared_gpus_are_fits_written_once_per_shortage(
+    arrays_from: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On MPS and time-slicing nodes in many states (compute used up, memory short, stray
-    memory, no client left), the board writes one reason per distinct shortage over arrays:
-    every failing node's reason must be the one fit gives it, for shares of one GPU and of
-    several, each kind of shortage must show, and no reason may hold a ``%``."""
+    memory, no client left), the board writes one reason per distinct shortage, what is short
+    found over arrays (or, for a few states, one by one: both ways here): every failing
+    node's reason must be the one fit gives it, for shares of one GPU and of several, each
+    kind of shortage must show, and no reason may hold a ``%``."""
+    monkeypatch.setattr(board_module, "_ARRAYS_FROM", arrays_from)
     states = []
     for k in range(24):
         mode = "mps" if k % 2 else "time-slicing"

@@ -232,7 +232,8 @@ def test_board_feasibility_and_scores_equal_plain_fit_and_rank(
     nodes in the same state) equal the plain ranking of every node, for every policy; also when
     the board numbers its signatures and device states again and again, and when it asks the
     policies that can score many nodes at once (``score_nodes``, ``score_without_gpu``) to do
-    so however few the nodes."""
+    so however few the nodes (and the board to ask why GPU states refuse over arrays however
+    few they are)."""
     from scheduler.core.policies import REGISTRY
 
     rng = random.Random(11)
@@ -272,6 +273,7 @@ def test_board_feasibility_and_scores_equal_plain_fit_and_rank(
     board._ID_SLACK = slack  # 0: signatures and device states numbered again at (nearly) every change
     placed: list[tuple[str, str]] = []
     monkeypatch.setattr(board_module, "_AT_ONCE_FROM", at_once_from)
+    monkeypatch.setattr(board_module, "_ARRAYS_FROM", at_once_from)  # refusals over arrays from one state too
     for step in range(150):
         demand = rng.choice(demands)
         policy = rng.choice(policies)
