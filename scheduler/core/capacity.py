@@ -69,7 +69,7 @@ class Refusal:
         """This refusal as GPU ``index`` in the same state gives it (its text names that GPU)."""
         if self.gpu < 0 or self.gpu == index:
             return self
-        return Refusal(self.text.replace(f"GPU {self.gpu}", f"GPU {index}"), self.free_mib, self.need_mib, index)
+        return Refusal(self.text.replace(f"GPU {self.gpu}", f"GPU {index}", 1), self.free_mib, self.need_mib, index)
 
 
 @dataclass(frozen=True, slots=True)
