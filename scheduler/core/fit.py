@@ -9,7 +9,6 @@ and kept in a bounded table: many GPUs of a cluster are alike.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations, islice
@@ -117,17 +116,7 @@ def _mig_profiles(gpu: GpuRequest, device: Device) -> tuple[list[MigProfile], st
     return covering, "|".join(p.name for p in covering)
 
 
-def mig_question(gpu: GpuRequest, device: Device) -> str | None:
-    """For a GPU in MIG mode: what decides whether it can take one share of ``gpu``, whatever it
-    holds (requests with equal questions are hosted alike: :func:`hosts` of one answers for
-    all), or None where it never can (its health, the request's selectors, no profile)."""
-    if not device.healthy or not gpu.allows_model(device.model.name) or not gpu.allows_mode(device.mode):
-        return None
-    found = _mig_profiles(gpu, device)
-    return None if isinstance(found, str) else found[1]
-
-
-def state_question(gpu: GpuRequest, device: Device) -> Hashable | None:
+def state_question(gpu: GpuRequest, device: Device) -> tuple[Any, ...] | None:
     """For a healthy GPU in MIG or exclusive mode: what decides :func:`device_share`'s answer
     for one share of ``gpu`` beyond the GPU's state (:func:`~.capacity.device_key`): requests
     with equal questions take the same share of GPUs in equal states, or get the same refusal
@@ -148,6 +137,17 @@ def state_question(gpu: GpuRequest, device: Device) -> Hashable | None:
         whole = (memory, compute) == (device.memory_mib, MILLI) or SharingMode.EXCLUSIVE in gpu.sharing
         return ("whole",) if whole else ("part of a GPU",)
     return ("asks", memory, compute)  # more than the GPU has: the refusal names the amounts
+
+
+def mig_question(gpu: GpuRequest, device: Device) -> str | None:
+    """For a GPU in MIG mode: what decides whether it can take one share of ``gpu``, whatever it
+    holds (requests with equal questions are hosted alike: :func:`hosts` of one answers for
+    all; the covering profiles of :func:`state_question`), or None where it never can (its
+    health, the request's selectors, no profile)."""
+    if not gpu.allows_model(device.model.name) or not gpu.allows_mode(device.mode):
+        return None
+    question = state_question(gpu, device)
+    return question[1] if question is not None and question[0] == "profiles" else None
 
 
 def _work_out(
