@@ -122,7 +122,7 @@ class _ScoreTable:
         self.moves = np.full((2, size), -1, dtype=np.int64)
         self.reasons = np.zeros(size, dtype=np.int32)
         self.stamps = np.full(size, -1, dtype=np.int64)
-        self.by_signature: dict[int, Scored | str] = {}
+        self.by_signature: dict[int, tuple[float, int, int]] = {}  # score, gap move
 
     def grow(self, size: int) -> None:
         extra = size - len(self.stamps)
@@ -272,6 +272,14 @@ def _share_on(gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage, b
     answer = device_share(gpu, node, device, usage)
     assert not isinstance(answer, Refusal), answer  # the device state hosts it
     return answer
+
+
+def _as_arrays(scored: Sequence[Scored | str]) -> tuple[np.ndarray, np.ndarray]:
+    """The scores and gap moves (one row per node) of nodes scored one by one."""
+    assert not any(isinstance(found, str) for found in scored), scored  # fit agrees with _gpu_fits' counts
+    found = cast(Sequence[Scored], scored)
+    values = np.array([s.score for s in found], dtype=float)
+    return values, np.array([s.move for s in found], dtype=np.int64).reshape(-1, 2)
 
 
 def _signature(kind: int, state: NodeState) -> Hashable:
@@ -859,32 +867,28 @@ class Board:
         for a policy that scores by what a share takes (``score_took``), all at once."""
         if self._score_took(policy, demand, table, work):
             return
-        if Reads.PODS in reads(policy):
-            scored = self._score_nodes(policy, demand, work)
-            at = work
-        else:
-            memo = table.by_signature
-            if len(memo) > self._size // 2 + 256:
-                memo.clear()
-            # one question per signature: the positions that share one are told apart by arrays
-            signatures, first, at = np.unique(self._signature[work], return_index=True, return_inverse=True)
-            signatures_list = signatures.tolist()
-            new = [k for k, sig in enumerate(signatures_list) if sig not in memo]
-            if new:
-                for k, found in zip(new, self._score_nodes(policy, demand, work[first[new]]), strict=True):
-                    memo[signatures_list[k]] = found
-            scored = [memo[sig] for sig in signatures_list]
-        values = np.empty(len(scored))
-        moves = np.empty((2, len(scored)), dtype=np.int64)
-        for k, result in enumerate(scored):
-            assert not isinstance(result, str), result  # fit agrees with the counts of _gpu_fits
-            values[k] = result.score
-            moves[:, k] = result.move
-        if at is work:
-            table.scores[work], table.moves[:, work] = values, moves
-        else:
-            table.scores[work], table.moves[:, work] = values[at], moves[:, at]
         table.reasons[work] = 0
+        if Reads.PODS in reads(policy):
+            values, moves = self._score_nodes(policy, demand, work)
+            table.scores[work], table.moves[:, work] = values, moves.T
+            return
+        memo = table.by_signature
+        if len(memo) > self._size // 2 + 256:
+            memo.clear()
+        # one question per signature: the positions that share one are told apart by arrays
+        signatures, first, at = np.unique(self._signature[work], return_index=True, return_inverse=True)
+        signatures_list = signatures.tolist()
+        new = [k for k, sig in enumerate(signatures_list) if sig not in memo]
+        if new:
+            values, moves = self._score_nodes(policy, demand, work[first[new]])
+            rows = zip(values.tolist(), *moves.T.tolist(), strict=True)
+            memo.update(zip([signatures_list[k] for k in new], rows, strict=True))
+            if len(new) == len(signatures_list):  # every one new: no need to read them back
+                table.scores[work], table.moves[:, work] = values[at], moves[at].T
+                return
+        found = np.array([memo[sig] for sig in signatures_list]).reshape(-1, 3)
+        table.scores[work] = found[at, 0]
+        table.moves[:, work] = found[at, 1:].T.astype(np.int64)
 
     def _score_took(self, policy: Policy, demand: Demand, table: _ScoreTable, work: np.ndarray) -> bool:
         """Score ``work`` with the policy's ``score_took`` (see :mod:`.policies.base`) where it
@@ -907,8 +911,9 @@ class Board:
         table.reasons[work] = 0
         return True
 
-    def _score_nodes(self, policy: Policy, demand: Demand, positions: np.ndarray) -> list[Scored | str]:
-        """:func:`~.select.score_node` of each of ``positions`` (where the GPU request fits).
+    def _score_nodes(self, policy: Policy, demand: Demand, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`~.select.score_node` of each of ``positions`` (where the GPU request fits), as
+        arrays: the scores, and the gap moves (one row per position).
 
         A request for one share of one GPU (or one whole GPU, or one MIG instance) has one
         candidate per GPU that hosts it, and candidates on GPUs in one device state are
@@ -924,7 +929,8 @@ class Board:
         if gpu.kind is GpuKind.NONE and without_gpu is not None and len(positions) >= _AT_ONCE_FROM:
             # one placement per node, taking no GPU: no gap move
             states = list(map(self._state, positions.tolist()))
-            return [Scored(score, NO_MOVE) for score in without_gpu(demand, states, self._devs[positions])]
+            values = np.array(without_gpu(demand, states, self._devs[positions]), dtype=float)
+            return values, np.full((len(values), 2), NO_MOVE, dtype=np.int64)
         if gpu.kind is GpuKind.NONE or gpu.count > 1:
             found = (
                 [(state, gpu_fit(demand, state)) for state in map(self._state, positions.tolist())]
@@ -935,14 +941,13 @@ class Board:
             if prepare is not None:
                 prepare(demand, [(state, alloc) for state, allocs in candidates for alloc in allocs])
             scored = iter([score_firsts(policy, demand, state, allocs) for state, allocs in candidates])
-            return [next(scored) if got else got.reason for _, got in found]
+            return _as_arrays([next(scored) if got else got.reason for _, got in found])
         rows = self._devs[positions]
         hosts = self._hosted(gpu, rows).hosts[rows]
         at_once = getattr(policy, "score_nodes", None)
         if at_once is not None and len(positions) >= _AT_ONCE_FROM:
-            return [
-                Scored(score, move) for score, move in at_once(demand, self._candidates(gpu, positions, rows, hosts))
-            ]
+            values, moves = at_once(demand, self._candidates(gpu, positions, rows, hosts))
+            return values, moves
         # the states the rules of arrays answer take exactly what is asked where they host it
         sharing = (hosts & self._by_arrays(gpu, rows)).tolist()
         nodes: list[tuple[NodeState, list[Allocation]]] = []
@@ -959,7 +964,7 @@ class Board:
             nodes.append((state, mine))
         if prepare is not None:
             prepare(demand, [(state, alloc) for state, allocs in nodes for alloc in allocs])
-        return [score_firsts(policy, demand, state, allocs) for state, allocs in nodes]
+        return _as_arrays([score_firsts(policy, demand, state, allocs) for state, allocs in nodes])
 
     def _several_fits(self, demand: Demand, positions: np.ndarray) -> list[tuple[NodeState, Fit]]:
         """:func:`~.fit.gpu_fit` of a request of several GPUs on each of ``positions`` (where
@@ -1010,7 +1015,7 @@ class Board:
             usage_rows, _, memory, compute = self._state_shares(gpu, ids)
             after_rows = np.column_stack([self._dev_table()[ids, 0], rows_add_share(usage_rows, memory, compute)])
             after = (ids, after_rows, np.minimum(MILLI, compute))  # share_milli of such a share
-        return ShareCandidates(states, rows, node, column, shares, after)
+        return ShareCandidates(states, rows, node, column, shares, after, self._cpu_free[positions])
 
     def _raw(self, policy: Policy, demand: Demand, positions: np.ndarray | None) -> tuple[np.ndarray, _ScoreTable]:
         """Raw scores per position (None: every position, in order, free ones never fitting),

@@ -243,6 +243,13 @@ class ShareCandidates:
     # share takes (:func:`~.capacity.share_milli`). Their after-states are profiled from these
     # rows at once, without building each state or share.
     after: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    cpu_free: np.ndarray | None = None  # optionally, per node its free milli-CPU (else read from states)
+
+    def cpu_free_now(self) -> np.ndarray:
+        """Per node, its free milli-CPU."""
+        if self.cpu_free is not None:
+            return self.cpu_free
+        return np.array([state.cpu_free for state in self.states], dtype=np.int64)
 
     def milli_taken(self, labels: np.ndarray) -> np.ndarray:
         """Per label in ``labels`` (labels of candidates' GPUs), the milli-GPU its share takes."""
@@ -292,6 +299,9 @@ class Fragmentation:
         self._mig_questions: dict[int, list[tuple[int, GpuRequest]]] = {}
         self._popularity: dict[int, float] = {}
         self._counts: dict[tuple[int, ...], list[int]] = {}  # see _counts_of
+        # _too_few_beside's answers, by (id of the counts, the GPU's shapes before, after), with
+        # the counts themselves (so that the id cannot be another list's)
+        self._beside: dict[tuple[int, int, int], tuple[list[int], int]] = {}
         # The profiles of the node states asked about lately, with their F and free share once
         # asked: a node's candidates ask one after another, and every new request shape asks
         # every node again. Kept by the state's id with the state itself (so the id cannot be
@@ -585,10 +595,13 @@ class Fragmentation:
         feasible = (self._cpu_masks[level - 1] if level else 0) & ~self._too_few_beside(kept, g, after[g][1])
         return self._sum(after, feasible)
 
-    def frags_after_shares(self, batch: ShareCandidates, cpu_milli: int) -> tuple[np.ndarray, np.ndarray]:
+    def frags_after_shares(
+        self, batch: ShareCandidates, cpu_milli: int
+    ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
         """:meth:`frag_after` of every candidate of ``batch`` (each places one share of one GPU
-        and takes ``cpu_milli``), and the free milli-GPU its GPU keeps (:meth:`device_profile`
-        of the GPU after it), worked out at once. What a GPU becomes is asked once per label
+        and takes ``cpu_milli``), the free milli-GPU its GPU keeps (:meth:`device_profile` of
+        the GPU after it), and per node of the batch :meth:`node_frags` (read on the way),
+        worked out at once. What a GPU becomes is asked once per label
         (equal labels: equal device states and share), the profiles of node states not kept
         yet once per label of their GPUs, and the rest over arrays: which shapes stay feasible
         (the node's CPU level after the pod, and the multi-GPU shapes too few GPUs would host)
@@ -598,7 +611,7 @@ class Fragmentation:
         zero), so the values are equal to :meth:`frag_after`'s, not merely close."""
         count = len(batch.node)
         if not count:
-            return np.zeros(0), np.zeros(0, dtype=np.int64)
+            return np.zeros(0), np.zeros(0, dtype=np.int64), self.node_frags(batch.states, batch.labels)
         states, labels = batch.states, batch.labels
         node_of, gpu_of = batch.node.tolist(), batch.gpu.tolist()
         devices = self._devices
@@ -635,6 +648,8 @@ class Fragmentation:
         rows: list[list[int]] = []
         too_few_ids: dict[int, int] = {}
         too_few_of: list[int] = []
+        frag_before = np.array([self._frag_of(k) for k in held], dtype=float)
+        free_before = np.array([self._free_of(k) for k in held], dtype=np.int64)
         for k in held:
             if k.bit_ids is None or k.bit_ids[0] != self._numbering:
                 k.bit_ids = (self._numbering, [bit_ids.setdefault(b, len(bit_ids)) for _, b in k.profiles])
@@ -650,7 +665,7 @@ class Fragmentation:
         id_after = np.array([bit_ids.setdefault(b, len(bit_ids)) for _, b in profiles], dtype=np.int64)[inverse]
         # which shapes stay feasible: by the node's CPU level after the pod, and the multi-GPU
         # shapes too few GPUs host (the node's own, unless the GPU placed on gains or loses one)
-        cpu_after = np.array([state.cpu_free for state in states], dtype=np.int64) - cpu_milli
+        cpu_after = batch.cpu_free_now() - cpu_milli
         levels = np.searchsorted(np.array(self._cpu_levels, dtype=np.int64), cpu_after, side="right")[batch.node]
         if multi:
             few = np.array(too_few_of, dtype=np.int64)[batch.node]
@@ -694,7 +709,7 @@ class Fragmentation:
         total = np.zeros(count)
         for j in range(width):
             total = total + terms[:, j]
-        return total, free_after
+        return total, free_after, (frag_before, free_before)
 
     def node_frags(self, states: Sequence[NodeState], labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`node_frag` and :meth:`free_share` of each of ``states`` (``labels``: per node
@@ -777,10 +792,17 @@ class Fragmentation:
             if kept.too_few is None:
                 kept.too_few = self._too_few_of(at_least)
             return kept.too_few
+        key = (id(at_least), old, bits_g)
+        known = self._beside.get(key)
+        if known is not None and known[0] is at_least:
+            return known[1]
         found = 0
         for count, shapes in self._multi_by_count.items():
             hosted = (at_least[count] & ~moved) | (at_least[count + 1] & fewer) | (at_least[count - 1] & more)
             found |= shapes & ~hosted
+        if len(self._beside) > _MEMO_LIMIT:
+            self._beside.clear()
+        self._beside[key] = (at_least, found)
         return found
 
     @staticmethod

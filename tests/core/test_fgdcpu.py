@@ -208,7 +208,8 @@ def test_scores_at_once_take_the_tiebreak_among_equal_scores() -> None:
     costs = [policy.tiebreak(demand, state, a) for a in allocs]
     assert len(allocs) == 2 and scores[0] == scores[1] and costs[0] != costs[1]  # the case is a tie
     expected = score_firsts(policy, demand, state, allocs)
-    assert policy.score_nodes(demand, share_candidates([(state, allocs)])) == [(expected.score, expected.move)]
+    values, moves = policy.score_nodes(demand, share_candidates([(state, allocs)]))
+    assert (values.tolist(), moves.tolist()) == ([expected.score], [list(expected.move)])
     assert expected.move == (70, 60)
 
 

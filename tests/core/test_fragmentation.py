@@ -303,7 +303,9 @@ def _too_few_one_by_one(multi: list[tuple[int, int]], bits: tuple[int, ...]) -> 
 )
 def test_too_few_gpus_is_the_plain_count(counts: list[int], bits: list[int]) -> None:
     """The multi-GPU shapes a node has too few GPUs for, counted for all shapes at once, are
-    those counted shape by shape (GPUs as bit masks of the shapes each can host)."""
+    those counted shape by shape (GPUs as bit masks of the shapes each can host); and so are
+    those once one GPU hosts other shapes, worked out from the node's counts, asked for every
+    GPU and asked again (answers are kept: a GPU's answer must not be another's)."""
     shapes = tuple(
         (Demand(0, 0, GpuRequest(GpuKind.WHOLE, n) if n > 1 else GpuRequest(GpuKind.SHARE, 1, fraction_milli=250)), 1.0)
         for n in counts
@@ -315,3 +317,9 @@ def test_too_few_gpus_is_the_plain_count(counts: list[int], bits: list[int]) -> 
     mask = (1 << len(counts)) - 1
     node = tuple(b & mask for b in bits)
     assert frag._too_few(node) == _too_few_one_by_one(multi, node)
+    kept = fragmentation_module._Kept(NodeState.__new__(NodeState), [(0, b) for b in node])
+    for _ in range(2):
+        for g in range(len(node)):
+            for after in sorted({0, mask, *node}):
+                changed = (*node[:g], after, *node[g + 1 :])
+                assert frag._too_few_beside(kept, g, after) == _too_few_one_by_one(multi, changed), (g, after)

@@ -626,10 +626,12 @@ def test_scores_of_many_nodes_at_once_equal_scores_one_by_one(
                 made = [replace(a, cpu_milli=demand.cpu_milli, memory_mib=demand.memory_mib) for a in found.allocations]
                 nodes.append((state, firsts(state, made)))
         expected = [score_firsts(policy, demand, state, allocs) for state, allocs in nodes]
-        got = policy.score_nodes(demand, share_candidates(nodes))  # type: ignore[attr-defined]
+        values, moves = policy.score_nodes(demand, share_candidates(nodes))  # type: ignore[attr-defined]
+        got = list(zip(values.tolist(), map(tuple, moves.tolist()), strict=True))
         assert [(s.score, s.move) for s in expected] == got, demand
         # asked again (the node states now kept, their profiles numbered), the same
-        assert policy.score_nodes(demand, share_candidates(nodes)) == got, demand  # type: ignore[attr-defined]
+        again, moved = policy.score_nodes(demand, share_candidates(nodes))  # type: ignore[attr-defined]
+        assert list(zip(again.tolist(), map(tuple, moved.tolist()), strict=True)) == got, demand
 
 
 class _NodeByNode:

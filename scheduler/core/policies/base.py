@@ -35,14 +35,14 @@ Optional parts, found by their presence (a policy defines only what it needs):
     a request at once, each by the share that takes the most of its hosting GPUs, instead of
     asking ``score`` placement by placement; it does so only for a policy that reads neither
     the gaps nor the pods.
-``score_nodes(demand, candidates) -> [(score, move), ...]``
+``score_nodes(demand, candidates) -> (scores, moves)``
     For candidates that each place one share on one GPU, given as arrays
     (:class:`~scheduler.core.fragmentation.ShareCandidates`: per node its state and a label
     per GPU, equal for GPUs in equal device states; per candidate its node and GPU, the first
     GPU of each hosting device state of the node, in order; per label the share placed): per
-    node what scoring them one by one gives, exactly (the best score, and the gap move of the
-    candidate the ``tiebreak`` picks among the best, then the first; (-1, -1) for no move),
-    worked out at once. The board then asks it instead of ``score`` (and ``prepare``)
+    node what scoring them one by one gives, exactly, as arrays: the best scores, and the gap
+    moves (one row per node) of the candidates the ``tiebreak`` picks among the best, then the
+    first ((-1, -1) for no move), worked out at once. The board then asks it instead of ``score`` (and ``prepare``)
     placement by placement, and builds no placement per candidate.
 ``score_without_gpu(demand, states, labels) -> scores``
     For a pod that asks no GPU (one placement per node, taking only CPU and memory): per node

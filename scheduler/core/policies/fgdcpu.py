@@ -68,7 +68,7 @@ from ..fragmentation import (
     TypicalWorkload,
     workload_of,
 )
-from ..request import Demand, GpuKind, GpuRequest
+from ..request import MILLI, Demand, GpuKind, GpuRequest
 from ..state import NodeState
 from .base import Cluster, Context, Reads, register
 
@@ -178,7 +178,7 @@ class FgdCpu:
         before, after = self._costs(state, allocation)
         return self._score(before - after)
 
-    def score_nodes(self, demand: Demand, batch: ShareCandidates) -> list[tuple[float, tuple[int, int]]]:
+    def score_nodes(self, demand: Demand, batch: ShareCandidates) -> tuple[np.ndarray, np.ndarray]:
         """Per node of ``batch`` (candidates that each place one share on one GPU), the best
         score of its candidates and the gap move of the one chosen: what scoring them one by
         one gives (:meth:`score`, then the lowest :meth:`tiebreak` among the best, then the
@@ -187,27 +187,26 @@ class FgdCpu:
         over arrays in the same arithmetic."""
         frag = self.fragmentation
         states, node, gpu = batch.states, batch.node, batch.gpu
-        frags, free_after = frag.frags_after_shares(batch, demand.cpu_milli)
-        cost, _, gpu_free, cpu_free = self._costs_before(states, batch.labels)  # every state kept now
+        frags, free_after, (frag_before, gpu_free) = frag.frags_after_shares(batch, demand.cpu_milli)
+        cpu_free = batch.cpu_free_now()
+        cost = self._cost(frag_before, gpu_free, cpu_free)
         left = gpu_free[node] - batch.milli_taken(batch.labels[node, gpu])
         cpu_after = cpu_free[node] - demand.cpu_milli
         stranded = np.maximum(0.0, left - self.ratio * cpu_after) if self.ratio else 0.0
         after = frags + self.stranding_weight * stranded
         falls = cost[node] - after
-        scores = np.array([self._score(fall) for fall in falls.tolist()])
+        scores = self._scores(falls)
         # per node: the best score, the lowest cost among those, then the first
         order = np.lexsort((np.arange(len(node)), after, -scores, node))
         starts = np.flatnonzero(np.diff(node[order], prepend=-1))
         best = order[starts]
         assert len(best) == len(states), "every node has a candidate"
-        if demand.gpu.kind is not GpuKind.SHARE:
-            return [(top, (-1, -1)) for top in scores[best].tolist()]
-        return [
-            (top, (gap_level(state.frees[g].milli), gap_level(free)))
-            for top, state, g, free in zip(
-                scores[best].tolist(), states, gpu[best].tolist(), free_after[best].tolist(), strict=True
-            )
-        ]
+        moves = np.full((len(best), 2), -1, dtype=np.int64)
+        if demand.gpu.kind is GpuKind.SHARE:  # the gap levels of the GPU placed on, before and after
+            moves[:, 0] = [state.frees[g].milli for state, g in zip(states, gpu[best].tolist(), strict=True)]
+            moves[:, 1] = free_after[best]
+            moves = moves * GAP_LEVELS // MILLI  # gap_level's arithmetic
+        return scores[best], moves
 
     def score_without_gpu(self, demand: Demand, states: Sequence[NodeState], labels: np.ndarray) -> list[float]:
         """Per node of ``states``, :meth:`score` of placing ``demand`` (a pod that asks no GPU:
@@ -225,7 +224,8 @@ class FgdCpu:
             after[k] = frag.frag(frag.profiles(states[k]), int(cpu_after[k]))
         if self.ratio:  # the GPU stranded after (the pod takes no GPU)
             after = after + self.stranding_weight * np.maximum(0.0, gpu_free - self.ratio * cpu_after)
-        return [self._score(fall) for fall in (before - after).tolist()]
+        scores: list[float] = self._scores(before - after).tolist()
+        return scores
 
     def _costs_before(
         self, states: Sequence[NodeState], labels: np.ndarray
@@ -234,10 +234,15 @@ class FgdCpu:
         (:meth:`_costs`' arithmetic over arrays), F, the free milli-GPU and the free milli-CPU."""
         frag_before, gpu_free = self.fragmentation.node_frags(states, labels)
         cpu_free = np.array([state.cpu_free for state in states], dtype=np.int64)
-        cost = frag_before
-        if self.ratio:
-            cost = cost + self.stranding_weight * np.maximum(0.0, gpu_free - self.ratio * cpu_free)
-        return cost, frag_before, gpu_free, cpu_free
+        return self._cost(frag_before, gpu_free, cpu_free), frag_before, gpu_free, cpu_free
+
+    def _cost(self, frag: np.ndarray, gpu_free: np.ndarray, cpu_free: np.ndarray) -> np.ndarray:
+        """C of nodes with F ``frag``, ``gpu_free`` milli-GPU and ``cpu_free`` milli-CPU free
+        (:meth:`_costs`' arithmetic over arrays)."""
+        if not self.ratio:
+            return frag
+        cost: np.ndarray = frag + self.stranding_weight * np.maximum(0.0, gpu_free - self.ratio * cpu_free)
+        return cost
 
     def tiebreak(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
         """Inside the node the lowest cost wins, not just the best rounded score."""
@@ -249,6 +254,14 @@ class FgdCpu:
         model-pinned openb traces (gpuspec10/20) left whole GPUs of some models idle (5.9%
         unallocated against FGD's 5.5%); rounded, near-equal holes tie and the balance picks."""
         return float(round(50.0 + 50.0 * math.tanh(fall / SCORE_SCALE_MILLI)))
+
+    @staticmethod
+    def _scores(falls: np.ndarray) -> np.ndarray:
+        """:meth:`_score` of each of ``falls``, over arrays: the same arithmetic, rounded half to
+        even as ``round`` is (numpy's tanh may differ from ``math.tanh`` in the last bit, which
+        moves a rounded score only at an exact half point)."""
+        scores: np.ndarray = np.rint(50.0 + 50.0 * np.tanh(falls / SCORE_SCALE_MILLI))
+        return scores
 
     def gap_classes(self) -> np.ndarray:
         """Per gap level 0..GAP_LEVELS, then one entry for "no move": the class a GPU with that
