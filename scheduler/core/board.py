@@ -994,10 +994,9 @@ class Board:
         ``rows``, hosting it where ``hosts``) as arrays: on each node the first GPU of each
         device state that hosts it, labelled by device state, with the share placed on each
         such state."""
-        states = [self._state(i) for i in positions.tolist()]
+        states = cast(list[NodeState], [self._states[i] for i in positions.tolist()])  # scored: known
         width = rows.shape[1]
-        counts = np.array([len(state.node.devices) for state in states], dtype=np.int64)
-        first = hosts & (np.arange(width) < counts[:, None])
+        first = hosts & (rows > 0)  # a GPU of the node (0: none, past its last GPU)
         for g in range(1, width):
             first[:, g] &= (rows[:, :g] != rows[:, g : g + 1]).all(axis=1)
         node, column = np.nonzero(first)

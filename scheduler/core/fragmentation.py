@@ -22,7 +22,7 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -267,6 +267,17 @@ class ShareCandidates:
         return out
 
 
+class SharesAfter(NamedTuple):
+    """What :meth:`Fragmentation.frags_after_shares` works out: per candidate F after it and
+    its GPU's free milli-GPU before and after it; per node F and its free milli-GPU now."""
+
+    frags: np.ndarray
+    gpu_free_before: np.ndarray
+    gpu_free_after: np.ndarray
+    node_frag: np.ndarray
+    node_free: np.ndarray
+
+
 class Fragmentation:
     """The fragmentation measure for one typical workload (memoised; not thread-safe by design:
     each worker owns its own, and the memo only ever caches pure results)."""
@@ -310,6 +321,9 @@ class Fragmentation:
         # Each distinct mask of shapes a GPU hosts, numbered (for frags_after_one_share's arrays);
         # numbered afresh, with a new numbering, when too many
         self._bit_ids: dict[int, int] = {}
+        # and each distinct mask of multi-GPU shapes that too few GPUs host, the same way
+        self._few_ids: dict[int, int] = {}
+        self._few_masks: list[int] = []  # the masks by number
         self._numbering = 0
 
     def device_profile(self, node: Node, device: Device, usage: DeviceUsage) -> tuple[int, int]:
@@ -595,13 +609,11 @@ class Fragmentation:
         feasible = (self._cpu_masks[level - 1] if level else 0) & ~self._too_few_beside(kept, g, after[g][1])
         return self._sum(after, feasible)
 
-    def frags_after_shares(
-        self, batch: ShareCandidates, cpu_milli: int
-    ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    def frags_after_shares(self, batch: ShareCandidates, cpu_milli: int) -> SharesAfter:
         """:meth:`frag_after` of every candidate of ``batch`` (each places one share of one GPU
-        and takes ``cpu_milli``), the free milli-GPU its GPU keeps (:meth:`device_profile` of
-        the GPU after it), and per node of the batch :meth:`node_frags` (read on the way),
-        worked out at once. What a GPU becomes is asked once per label
+        and takes ``cpu_milli``), the free milli-GPU its GPU has and keeps (:meth:`device_profile`
+        of the GPU before and after it), and per node of the batch :meth:`node_frags` (read on
+        the way), worked out at once. What a GPU becomes is asked once per label
         (equal labels: equal device states and share), the profiles of node states not kept
         yet once per label of their GPUs, and the rest over arrays: which shapes stay feasible
         (the node's CPU level after the pod, and the multi-GPU shapes too few GPUs would host)
@@ -611,7 +623,8 @@ class Fragmentation:
         zero), so the values are equal to :meth:`frag_after`'s, not merely close."""
         count = len(batch.node)
         if not count:
-            return np.zeros(0), np.zeros(0, dtype=np.int64), self.node_frags(batch.states, batch.labels)
+            none = np.zeros(0, dtype=np.int64)
+            return SharesAfter(np.zeros(0), none, none, *self.node_frags(batch.states, batch.labels))
         states, labels = batch.states, batch.labels
         node_of, gpu_of = batch.node.tolist(), batch.gpu.tolist()
         devices = self._devices
@@ -639,28 +652,29 @@ class Fragmentation:
         profiles = cast(list[tuple[int, int]], profile_after)  # every label's now
         # per node: its GPUs' free shares and profile numbers, and the multi-GPU shapes its
         # GPUs are too few for
-        if len(self._bit_ids) > _MEMO_LIMIT:
-            self._bit_ids = {}
+        if len(self._bit_ids) > _MEMO_LIMIT or len(self._few_ids) > _MEMO_LIMIT:
+            self._bit_ids, self._few_ids, self._few_masks = {}, {}, []
             self._numbering += 1
         bit_ids = self._bit_ids
         multi = bool(self._multi)
-        frees: list[list[int]] = []
-        rows: list[list[int]] = []
-        too_few_ids: dict[int, int] = {}
-        too_few_of: list[int] = []
-        frag_before = np.array([self._frag_of(k) for k in held], dtype=float)
-        free_before = np.array([self._free_of(k) for k in held], dtype=np.int64)
-        for k in held:
-            if k.bit_ids is None or k.bit_ids[0] != self._numbering:
-                k.bit_ids = (self._numbering, [bit_ids.setdefault(b, len(bit_ids)) for _, b in k.profiles])
-            frees.append(k.frees)
-            rows.append(k.bit_ids[1])
+        numbering = self._numbering
+        # what is worked out once per kept state: its F and free share, its GPUs' profile
+        # numbers (per numbering) and the multi-GPU shapes its GPUs are too few for
+        for k in [k for k in held if k.ready != numbering or (multi and k.too_few is None)]:
+            self._frag_of(k)
+            self._free_of(k)
+            k.bit_ids = [bit_ids.setdefault(b, len(bit_ids)) for _, b in k.profiles]
+            k.ready = numbering
             if multi:
                 if k.too_few is None:
                     if k.at_least is None:
                         k.at_least = self._counts_of(tuple([b for _, b in k.profiles]))
                     k.too_few = self._too_few_of(k.at_least)
-                too_few_of.append(too_few_ids.setdefault(k.too_few, len(too_few_ids)))
+                k.few_id = self._few_id(k.too_few)
+        frag_before = np.array([k.frag for k in held], dtype=float)
+        free_before = np.array([k.free for k in held], dtype=np.int64)
+        frees = [k.frees for k in held]
+        rows = cast(list[list[int]], [k.bit_ids for k in held])
         free_after = np.array([free for free, _ in profiles], dtype=np.int64)[inverse]
         id_after = np.array([bit_ids.setdefault(b, len(bit_ids)) for _, b in profiles], dtype=np.int64)[inverse]
         # which shapes stay feasible: by the node's CPU level after the pod, and the multi-GPU
@@ -668,16 +682,19 @@ class Fragmentation:
         cpu_after = batch.cpu_free_now() - cpu_milli
         levels = np.searchsorted(np.array(self._cpu_levels, dtype=np.int64), cpu_after, side="right")[batch.node]
         if multi:
-            few = np.array(too_few_of, dtype=np.int64)[batch.node]
+            few = np.array([k.few_id for k in held], dtype=np.int64)[batch.node]
             multi_mask = self._multi_mask
             moved = [
                 bool((held[node_of[c]].profiles[gpu_of[c]][1] ^ profiles[u][1]) & multi_mask)
                 for u, c in enumerate(first_of)
             ]
-            for c in np.flatnonzero(np.array(moved, dtype=bool)[inverse]).tolist():
-                value = self._too_few_beside(held[node_of[c]], gpu_of[c], profiles[inverse[c]][1])
-                few[c] = too_few_ids.setdefault(value, len(too_few_ids))
-            values = list(too_few_ids)
+            beside = np.flatnonzero(np.array(moved, dtype=bool)[inverse]).tolist()
+            label_of = inverse.tolist()
+            few[beside] = [
+                self._few_id(self._too_few_beside(held[node_of[c]], gpu_of[c], profiles[label_of[c]][1]))
+                for c in beside
+            ]
+            values = self._few_masks
         else:
             few = np.zeros(count, dtype=np.int64)
             values = [0]
@@ -696,6 +713,7 @@ class Fragmentation:
             rows = [list(row) + [0] * (width - len(row)) for row in rows]
         at = (np.arange(count), batch.gpu)
         free = np.array(frees, dtype=np.int64)[batch.node]
+        gpu_before = free[at]
         free[at] = free_after
         ids = np.array(rows, dtype=np.int64)[batch.node]
         ids[at] = id_after
@@ -709,7 +727,7 @@ class Fragmentation:
         total = np.zeros(count)
         for j in range(width):
             total = total + terms[:, j]
-        return total, free_after, (frag_before, free_before)
+        return SharesAfter(total, gpu_before, free_after, frag_before, free_before)
 
     def node_frags(self, states: Sequence[NodeState], labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`node_frag` and :meth:`free_share` of each of ``states`` (``labels``: per node
@@ -744,7 +762,8 @@ class Fragmentation:
         not profiled yet are added to ``pending``."""
         devices = self._devices
         shared = (SharingMode.MPS, SharingMode.TIME_SLICING)
-        kept = [self._held(state) for state in states]
+        by_state = self._by_state  # self._held of each, inline
+        kept = [k if (k := by_state.get(id(state))) is not None and k.state is state else None for state in states]
         before: dict[int, tuple[tuple[Any, ...], Node, Device, DeviceUsage]] = {}
         for i, k in enumerate(kept):
             if k is not None:
@@ -778,6 +797,14 @@ class Fragmentation:
                 k = self._keep(state, [profile[label] for label in labels[i, : len(state.node.devices)].tolist()])
             held.append(k)
         return held
+
+    def _few_id(self, mask: int) -> int:
+        """The number of a mask of multi-GPU shapes (see ``_few_ids``)."""
+        found = self._few_ids.get(mask)
+        if found is None:
+            found = self._few_ids[mask] = len(self._few_masks)
+            self._few_masks.append(mask)
+        return found
 
     def _too_few_beside(self, kept: _Kept, g: int, bits_g: int) -> int:
         """:meth:`_too_few` of the state's GPUs with GPU ``g`` hosting ``bits_g`` instead: a
@@ -825,7 +852,7 @@ class _Kept:
     """What :class:`Fragmentation` keeps of one node state: its profiles, and its F and free
     share once asked."""
 
-    __slots__ = ("at_least", "bit_ids", "frag", "free", "frees", "profiles", "state", "too_few")
+    __slots__ = ("at_least", "bit_ids", "few_id", "frag", "free", "frees", "profiles", "ready", "state", "too_few")
 
     def __init__(self, state: NodeState, profiles: list[tuple[int, int]]) -> None:
         self.state = state
@@ -835,4 +862,6 @@ class _Kept:
         self.at_least: list[int] | None = None  # see Fragmentation._at_least
         self.too_few: int | None = None  # see Fragmentation._too_few
         self.free: int | None = None
-        self.bit_ids: tuple[int, list[int]] | None = None  # (numbering, each GPU's shapes' number)
+        self.bit_ids: list[int] | None = None  # each GPU's shapes' number, in the numbering ``ready``
+        self.ready = -1  # the numbering F, the free share and bit_ids were worked out in (-1: none yet)
+        self.few_id = -1  # too_few's number, in the numbering ``ready`` (with multi-GPU shapes)

@@ -187,9 +187,9 @@ class FgdCpu:
         over arrays in the same arithmetic."""
         frag = self.fragmentation
         states, node, gpu = batch.states, batch.node, batch.gpu
-        frags, free_after, (frag_before, gpu_free) = frag.frags_after_shares(batch, demand.cpu_milli)
-        cpu_free = batch.cpu_free_now()
-        cost = self._cost(frag_before, gpu_free, cpu_free)
+        found = frag.frags_after_shares(batch, demand.cpu_milli)
+        frags, gpu_free, cpu_free = found.frags, found.node_free, batch.cpu_free_now()
+        cost = self._cost(found.node_frag, gpu_free, cpu_free)
         left = gpu_free[node] - batch.milli_taken(batch.labels[node, gpu])
         cpu_after = cpu_free[node] - demand.cpu_milli
         stranded = np.maximum(0.0, left - self.ratio * cpu_after) if self.ratio else 0.0
@@ -203,8 +203,8 @@ class FgdCpu:
         assert len(best) == len(states), "every node has a candidate"
         moves = np.full((len(best), 2), -1, dtype=np.int64)
         if demand.gpu.kind is GpuKind.SHARE:  # the gap levels of the GPU placed on, before and after
-            moves[:, 0] = [state.frees[g].milli for state, g in zip(states, gpu[best].tolist(), strict=True)]
-            moves[:, 1] = free_after[best]
+            moves[:, 0] = found.gpu_free_before[best]
+            moves[:, 1] = found.gpu_free_after[best]
             moves = moves * GAP_LEVELS // MILLI  # gap_level's arithmetic
         return scores[best], moves
 
