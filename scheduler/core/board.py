@@ -62,6 +62,7 @@ from .fit import (
 )
 from .fragmentation import ShareCandidates
 from .groups import Groups, device_group, node_group
+from .ids import Ids
 from .inventory import Device, Node
 from .policies.base import Policy, Reads, demand_key, reads, version
 from .request import MILLI, Demand, GpuKind, GpuRequest
@@ -167,7 +168,7 @@ class _Hosting:
         # a refusing state's fit.refused_reason, as its place in whys (id 0, none refused:
         # "no GPU matches"); _UNKNOWN: not asked yet; _NAMES_GPU: its text names the GPU, so
         # it is read per node (see Board._refused_reasons)
-        self.whys = _Ids()
+        self.whys = Ids()
         self.whys.of(refused_reason(None))
         self.why = np.zeros(1, dtype=np.int64)
         self.free = np.full(1, -1, dtype=np.int64)  # a refusing state's free MiB (-1: not asked yet)
@@ -224,27 +225,6 @@ class _Cluster:
             moves[:, where] = self._table.moves[:, positions[where]]
             self._moves = moves
         return self._moves
-
-
-class _Ids:
-    """Small ints for hashable values (node kinds, node signatures), so that arrays can hold
-    them and look-ups hash an int."""
-
-    __slots__ = ("_ids", "values")
-
-    def __init__(self) -> None:
-        self._ids: dict[Hashable, int] = {}
-        self.values: list[Hashable] = []
-
-    def of(self, value: Hashable) -> int:
-        found = self._ids.get(value)
-        if found is None:
-            found = self._ids[value] = len(self.values)
-            self.values.append(value)
-        return found
-
-    def __len__(self) -> int:
-        return len(self.values)
 
 
 def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -315,7 +295,7 @@ class Board:
         self._gaps = np.zeros(GAP_LEVELS + 1, dtype=np.int64)
         self._cpu_total = 0  # allocatable milli-CPU of the usable nodes
         # The gap histogram split by GPU group (model, mode): see scheduler.core.groups.
-        self._group_ids = _Ids()
+        self._group_ids = Ids()
         self._group_devices: list[Device] = []
         self._group_gaps = np.zeros((0, GAP_LEVELS + 1), dtype=np.int64)
         self._node_group = np.zeros(0, dtype=np.int64)  # per position, -1 without GPUs
@@ -327,7 +307,7 @@ class Board:
         # worked out once per state (there are far fewer states than GPUs), then per node by
         # counting with arrays.
         self._devs = np.zeros((0, 0), dtype=np.int32)
-        self._dev_ids = _Ids()
+        self._dev_ids = Ids()
         self._dev_ids.of(None)
         self._dev_states: list[tuple[Node, Device, DeviceUsage] | None] = [None]
         # per (fit.state_question, device state id) of MIG and exclusive GPUs: the milli-GPU a
@@ -340,12 +320,12 @@ class Board:
         self._dev_array = np.zeros((0, _DEV_COLUMNS), dtype=np.int64)  # the rows above, as far as made
         self._kind_devices: dict[int, Device] = {}  # a device of each device kind
         self._hosting: OrderedDict[Hashable, _Hosting] = OrderedDict()
-        self._kinds = _Ids()
+        self._kinds = Ids()
         # how many nodes have each (node kind, GPU group), and those pairs as arrays (None:
         # to be made again): which groups a pod could use is asked once per pair
         self._kind_groups: Counter[tuple[int, int]] = Counter()
         self._pairs: tuple[np.ndarray, np.ndarray] | None = None
-        self._signatures = _Ids()
+        self._signatures = Ids()
         self._scores: OrderedDict[Hashable, _ScoreTable] = OrderedDict()
         self._reasons: OrderedDict[Hashable, _ReasonTable] = OrderedDict()
         self._never: OrderedDict[Hashable, np.ndarray] = OrderedDict()  # per demand, per kind: text id, -1 unknown
@@ -549,8 +529,8 @@ class Board:
         """Number the node signatures and device states again from those in use: states come
         and go with every bind, and the tables of ids would otherwise grow for ever. What was
         worked out per id goes with them."""
-        self._signatures = _Ids()
-        self._dev_ids = _Ids()
+        self._signatures = Ids()
+        self._dev_ids = Ids()
         self._dev_ids.of(None)
         self._dev_states = [None]
         self._dev_rows = self._dev_rows[:1]

@@ -40,6 +40,7 @@ from .capacity import (
 )
 from .errors import RequestError
 from .fit import hosts, mig_question
+from .ids import Ids
 from .inventory import Device, Node, SharingMode
 from .quantity import cpu_milli
 from .request import DEFAULT_PREFIX, Demand, GpuKind, GpuRequest, parse_gpu_request
@@ -322,8 +323,7 @@ class Fragmentation:
         # numbered afresh, with a new numbering, when too many
         self._bit_ids: dict[int, int] = {}
         # and each distinct mask of multi-GPU shapes that too few GPUs host, the same way
-        self._few_ids: dict[int, int] = {}
-        self._few_masks: list[int] = []  # the masks by number
+        self._few_ids = Ids()
         self._numbering = 0
 
     def device_profile(self, node: Node, device: Device, usage: DeviceUsage) -> tuple[int, int]:
@@ -653,7 +653,7 @@ class Fragmentation:
         # per node: its GPUs' free shares and profile numbers, and the multi-GPU shapes its
         # GPUs are too few for
         if len(self._bit_ids) > _MEMO_LIMIT or len(self._few_ids) > _MEMO_LIMIT:
-            self._bit_ids, self._few_ids, self._few_masks = {}, {}, []
+            self._bit_ids, self._few_ids = {}, Ids()
             self._numbering += 1
         bit_ids = self._bit_ids
         multi = bool(self._multi)
@@ -670,7 +670,7 @@ class Fragmentation:
                     if k.at_least is None:
                         k.at_least = self._counts_of(tuple([b for _, b in k.profiles]))
                     k.too_few = self._too_few_of(k.at_least)
-                k.few_id = self._few_id(k.too_few)
+                k.few_id = self._few_ids.of(k.too_few)
         frag_before = np.array([k.frag for k in held], dtype=float)
         free_before = np.array([k.free for k in held], dtype=np.int64)
         frees = [k.frees for k in held]
@@ -691,10 +691,10 @@ class Fragmentation:
             beside = np.flatnonzero(np.array(moved, dtype=bool)[inverse]).tolist()
             label_of = inverse.tolist()
             few[beside] = [
-                self._few_id(self._too_few_beside(held[node_of[c]], gpu_of[c], profiles[label_of[c]][1]))
+                self._few_ids.of(self._too_few_beside(held[node_of[c]], gpu_of[c], profiles[label_of[c]][1]))
                 for c in beside
             ]
-            values = self._few_masks
+            values = cast(list[int], self._few_ids.values)
         else:
             few = np.zeros(count, dtype=np.int64)
             values = [0]
@@ -797,14 +797,6 @@ class Fragmentation:
                 k = self._keep(state, [profile[label] for label in labels[i, : len(state.node.devices)].tolist()])
             held.append(k)
         return held
-
-    def _few_id(self, mask: int) -> int:
-        """The number of a mask of multi-GPU shapes (see ``_few_ids``)."""
-        found = self._few_ids.get(mask)
-        if found is None:
-            found = self._few_ids[mask] = len(self._few_masks)
-            self._few_masks.append(mask)
-        return found
 
     def _too_few_beside(self, kept: _Kept, g: int, bits_g: int) -> int:
         """:meth:`_too_few` of the state's GPUs with GPU ``g`` hosting ``bits_g`` instead: a
