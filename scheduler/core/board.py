@@ -1104,7 +1104,18 @@ class Board:
         else:
             self._never.move_to_end(key)
         missing = kinds[by_kind[kinds] < 0]  # usually none: a table is made once per demand
-        for kind in np.unique(missing).tolist() if len(missing) else ():
+        if not len(missing):
+            return by_kind
+        missing = np.unique(missing)
+        if demand.cpu_milli or demand.memory_mib:
+            # fit on an empty node: its room, CPU and memory first, then the GPU request, whose
+            # answer the pod's CPU and memory do not change (the GPU request's own table)
+            gpu_only = self._never_by_kind(Demand(0, 0, demand.gpu), missing)
+            for kind in missing.tolist():
+                why = host_reason(demand, self._empty_of(kind))
+                by_kind[kind] = gpu_only[kind] if why is None else self._text(why)
+            return by_kind
+        for kind in missing.tolist():
             empty = fit(demand, self._empty_of(kind))
             by_kind[kind] = 0 if empty else self._text(empty.reason)
         return by_kind
