@@ -319,7 +319,7 @@ class Fragmentation:
         # every node again. Kept by the state's id with the state itself (so the id cannot be
         # another's while it is kept).
         self._by_state: dict[int, _Kept] = {}
-        # Each distinct mask of shapes a GPU hosts, numbered (for frags_after_one_share's arrays);
+        # Each distinct mask of shapes a GPU hosts, numbered (for frags_after_shares' arrays);
         # numbered afresh, with a new numbering, when too many
         self._bit_ids: dict[int, int] = {}
         # and each distinct mask of multi-GPU shapes that too few GPUs host, the same way
