@@ -707,8 +707,9 @@ class Fragmentation:
             mask = (self._cpu_masks[level - 1] if level else 0) & ~values[few_id]
             ids_of_key.append(feasible_ids.setdefault(mask, len(feasible_ids)))
         feasible_of = np.array(ids_of_key, dtype=np.int64)[key_of]
-        width = max(map(len, rows))
-        if any(len(row) != width for row in rows):  # nodes of fewer GPUs: nothing free beyond theirs
+        lengths = set(map(len, rows))
+        width = max(lengths)
+        if len(lengths) > 1:  # nodes of fewer GPUs: nothing free beyond theirs
             frees = [row + [0] * (width - len(row)) for row in frees]
             rows = [list(row) + [0] * (width - len(row)) for row in rows]
         at = (np.arange(count), batch.gpu)
