@@ -134,9 +134,15 @@ def state_question(gpu: GpuRequest, device: Device) -> tuple[Any, ...] | None:
         return ("not in MIG mode",)
     memory, compute = gpu.share_on(device)
     if memory <= device.memory_mib and compute <= MILLI:
-        whole = (memory, compute) == (device.memory_mib, MILLI) or SharingMode.EXCLUSIVE in gpu.sharing
-        return ("whole",) if whole else ("part of a GPU",)
+        return ("whole",) if _taken_whole(gpu, device, memory, compute) else ("part of a GPU",)
     return ("asks", memory, compute)  # more than the GPU has: the refusal names the amounts
+
+
+def _taken_whole(gpu: GpuRequest, device: Device, memory: int, compute: int) -> bool:
+    """Whether an exclusive GPU takes a share of ``memory`` MiB and ``compute`` milli-GPU of
+    ``gpu`` (no more than it has) as the whole GPU: all of it asked, or sharing listing
+    exclusive; else it refuses part of a GPU."""
+    return (memory, compute) == (device.memory_mib, MILLI) or SharingMode.EXCLUSIVE in gpu.sharing
 
 
 def mig_question(gpu: GpuRequest, device: Device) -> str | None:
@@ -175,7 +181,7 @@ def _work_out(
         return Refusal(f"GPU {device.index} is not in MIG mode", free_mib, gpu=device.index)
     memory, compute = gpu.share_on(device)
     if device.mode is SharingMode.EXCLUSIVE and memory <= device.memory_mib and compute <= MILLI:
-        if (memory, compute) != (device.memory_mib, MILLI) and SharingMode.EXCLUSIVE not in gpu.sharing:
+        if not _taken_whole(gpu, device, memory, compute):
             # Given whole, an exclusive GPU would waste the rest of itself on part of a request:
             # part of a GPU goes to a shared one, unless the pod accepts a whole GPU instead.
             return Refusal(
