@@ -5,6 +5,7 @@
 Reads, all recorded in this repository:
   ../paper-grid/summary.csv       the shared openb traces (the paper grid's sweep, fgd-reserve among its policies)
   variants/summary.csv            the generated variants (variants.yaml's sweep)
+  variants-s5/summary.csv         those of generator seed 5 (variants-s5.yaml's sweep)
   scenarios/*/summary.csv         the timed replays and the MIG scenario (gpuslice simulate --out)
   bound.csv                       the LP bound per (trace, seed) (gpuslice bound --out)
 and the roles (tune / held-out) from ../variants/make.py and TUNED below. Per (trace, policy):
@@ -82,7 +83,8 @@ def bounds() -> dict[str, list[float]]:
 
 
 def arrivals_table() -> None:
-    by = by_trace_policy([HERE.parent / "paper-grid" / "summary.csv", HERE / "variants" / "summary.csv"])
+    sweeps = [HERE / "variants" / "summary.csv", HERE / "variants-s5" / "summary.csv"]
+    by = by_trace_policy([HERE.parent / "paper-grid" / "summary.csv", *sweeps])
     bound = bounds()
     print(
         "| trace | role | seeds | fgd-reserve | worse than FGD's mean | fgd (ours) | paper's FGD | bestfit | LP bound |"

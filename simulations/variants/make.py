@@ -51,6 +51,13 @@ VARIANTS: tuple[tuple[str, VariantSpec], ...] = (
     (HELD_OUT, VariantSpec("gen-gpuspec33-s4", 4, gpuspec=0.33)),
     (HELD_OUT, VariantSpec("gen-cpu300-s4", 4, cpu=0.30)),
     (HELD_OUT, VariantSpec("gen-gpuspec30-gpushare50-multigpu25-s4", 4, gpuspec=0.30, gpushare=0.50, multigpu=0.25)),
+    # Generator seed 5: made a sitting after the last change of fgd-reserve's rules, run only to report.
+    (HELD_OUT, VariantSpec("gen-gpuspec20-s5", 5, gpuspec=0.20)),
+    (HELD_OUT, VariantSpec("gen-gpuspec30-s5", 5, gpuspec=0.30)),
+    (HELD_OUT, VariantSpec("gen-cpu350-s5", 5, cpu=0.35)),
+    (HELD_OUT, VariantSpec("gen-gpushare90-s5", 5, gpushare=0.90)),
+    (HELD_OUT, VariantSpec("gen-multigpu45-s5", 5, multigpu=0.45)),
+    (HELD_OUT, VariantSpec("gen-gpuspec20-cpu200-gpushare40-s5", 5, gpuspec=0.20, cpu=0.20, gpushare=0.40)),
 )
 NODE_LIST = "openb_node_list_gpu_node.csv"
 
