@@ -363,8 +363,8 @@ def test_the_fgd_reserve_tables_are_the_recorded_ones() -> None:
 def test_the_variants_sweep_runs_every_recorded_variant() -> None:
     made = re.findall(r'VariantSpec\("([^"]+)"', (SIMULATIONS / "variants" / "make.py").read_text(encoding="utf-8"))
     inputs = []
-    for name in ("variants.yaml", "variants-s5.yaml"):  # generator seeds 1-4, then seed 5 (made later)
-        sweep = yaml.safe_load((SIMULATIONS / "fgd-reserve" / name).read_text(encoding="utf-8"))
+    for sweep_file in ("variants.yaml", "variants-s5.yaml"):  # generator seeds 1-4, then seed 5 (made later)
+        sweep = yaml.safe_load((SIMULATIONS / "fgd-reserve" / sweep_file).read_text(encoding="utf-8"))
         assert sweep["policies"] == ["fgd-reserve", "fgd", "bestfit"] and sweep["seeds"] == "42-51"
         inputs += sweep["inputs"]
     assert inputs == [f"openb_pod_list_{n}.csv" for n in made]
