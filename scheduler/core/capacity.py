@@ -27,7 +27,7 @@ messages with Go's ``fmt``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -468,8 +468,11 @@ def _detail(device: Device, usage: DeviceUsage) -> str:
     return f"{usage.shares}/{device.replicas} replicas{note}"
 
 
-def gap_level(free_share: int) -> int:
-    """A free share in milli-GPU as a gap level, 0..GAP_LEVELS."""
+_Share = TypeVar("_Share", int, np.ndarray)
+
+
+def gap_level(free_share: _Share) -> _Share:
+    """A free share in milli-GPU as a gap level, 0..GAP_LEVELS (of each, for an array)."""
     return free_share * GAP_LEVELS // MILLI
 
 

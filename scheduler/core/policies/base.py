@@ -42,8 +42,8 @@ Optional parts, found by their presence (a policy defines only what it needs):
     GPU of each hosting device state of the node, in order; per label the share placed): per
     node what scoring them one by one gives, exactly, as arrays: the best scores, and the gap
     moves (one row per node) of the candidates the ``tiebreak`` picks among the best, then the
-    first ((-1, -1) for no move), worked out at once. The board then asks it instead of ``score`` (and ``prepare``)
-    placement by placement, and builds no placement per candidate.
+    first ((-1, -1) for no move), worked out at once. The board then asks it instead of
+    ``score`` (and ``prepare``) placement by placement, and builds no placement per candidate.
 ``score_without_gpu(demand, states, labels) -> scores``
     For a pod that asks no GPU (one placement per node, taking only CPU and memory): per node
     of ``states`` (with a label per GPU, as :class:`~scheduler.core.fragmentation.ShareCandidates`

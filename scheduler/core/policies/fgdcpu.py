@@ -68,7 +68,7 @@ from ..fragmentation import (
     TypicalWorkload,
     workload_of,
 )
-from ..request import MILLI, Demand, GpuKind, GpuRequest
+from ..request import Demand, GpuKind, GpuRequest
 from ..state import NodeState
 from .base import Cluster, Context, Reads, register
 
@@ -205,7 +205,7 @@ class FgdCpu:
         if demand.gpu.kind is GpuKind.SHARE:  # the gap levels of the GPU placed on, before and after
             moves[:, 0] = found.gpu_free_before[best]
             moves[:, 1] = found.gpu_free_after[best]
-            moves = moves * GAP_LEVELS // MILLI  # gap_level's arithmetic
+            moves = gap_level(moves)
         return scores[best], moves
 
     def score_without_gpu(self, demand: Demand, states: Sequence[NodeState], labels: np.ndarray) -> list[float]:
