@@ -69,7 +69,7 @@ from scheduler.core.inventory import Device, Node, SharingMode
 from scheduler.core.request import parse_pod
 from scheduler.core.state import NodeState
 from scheduler.extender.client import ExtenderClient
-from scheduler.extender.run import GC_THRESHOLDS
+from scheduler.extender.collector import THRESHOLDS as GC_THRESHOLDS
 
 PREFIX = "gpuslice.io/"
 BODY_CAP = 256 * 1024 * 1024  # full Nodes at 5,000 nodes are several MiB

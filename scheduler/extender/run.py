@@ -23,6 +23,7 @@ from scheduler import logs
 from scheduler.backend import Backend
 from scheduler.core.errors import GpusliceError
 
+from . import collector
 from .app import Mount
 from .config import ServeConfig
 from .server import Server
@@ -72,16 +73,24 @@ class Service:
         ``demo.exit_after``, the demo's end); the exit status. :class:`SyncError` if the first
         sync fails."""
         server, backend = self.server, self.server.extender.backend
-        for target, args in (
-            (_sync, (server, self.source)),
-            (_freeze_when_synced, (backend,)),
-            (_announce, (server, self.demo)),
-        ):
-            threading.Thread(target=target, args=args, name=f"gpuslice-{target.__name__[1:]}", daemon=True).start()
+        stopping = threading.Event()
+        threads = [
+            threading.Thread(target=target, args=args, name=f"gpuslice-{target.__name__[1:]}", daemon=True)
+            for target, args in (
+                (_sync, (server, self.source)),
+                (_freeze_when_synced, (backend, stopping)),
+                (_announce, (server, self.demo)),
+            )
+        ]
+        for thread in threads:
+            thread.start()
         try:
             server.run()
         finally:
+            stopping.set()
             server.extender.stop()
+            threads[1].join(timeout=10)  # a sweep under way ends first
+            collector.release()
         if server.sync_error is not None:
             raise SyncError(f"first sync with {self.source} failed: {server.sync_error}") from server.sync_error
         demo = self.demo
@@ -115,32 +124,14 @@ def _sync(server: Server, source: str) -> None:
     )
 
 
-# The cyclic collector's thresholds while serving (CPython's default: 700, 10, 10).
-GC_THRESHOLDS = (10_000, 10, 10)
-
-
-def _freeze_when_synced(backend: Backend) -> None:
-    """Once the first full sync is in, hide what it built from the garbage collector, and
-    let it run less often.
-
-    The cluster cache holds a few hundred objects per node (states, devices, records): at
-    5,000 nodes each full collection walked them all and cost tens of milliseconds, taken
-    from whichever call was running. Frozen objects are never walked; what changes later
-    (a node's new state after a bind) is collected as usual.
-
-    The board's tables built after the sync (scores per node state and kind of pod) still make
-    hundreds of thousands of long-lived objects: at CPython's default thresholds a full
-    collection came every hundred pods or so and took about 0.1 s, and collections took
-    a fifth of fgd's CPU at 5,000 nodes. With the first threshold at 10,000 allocations
-    the young generation is collected a tenth as often (a few ms each time), and none of
-    the 600 pods of the benchmark met a full collection.
-    """
+def _freeze_when_synced(backend: Backend, stopping: threading.Event) -> None:
+    """Once the first full sync is in, run the collector as :mod:`.collector` says (and sweep
+    everything now and then until ``stopping``). During the sync it is paused (see _sync)."""
     while not backend.ready():
-        time.sleep(0.05)
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-    gc.enable()  # paused by _sync during the first sync
+        if stopping.wait(0.05):
+            return
+    collector.settle()
+    collector.sweep_when_grown(stopping)
 
 
 def _announce(server: Server, demo: DemoPlan | None) -> None:

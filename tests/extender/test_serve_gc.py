@@ -1,14 +1,18 @@
-"""``gpuslice serve`` hides the synced cluster from the garbage collector and makes it run
-less often, only once the first full sync is in."""
+"""``gpuslice serve`` hides the synced cluster from the garbage collector, and then whatever
+survives a collection, only once the first full sync is in; a sweep now and then collects
+everything."""
 
 from __future__ import annotations
 
 import gc
+import logging
 import threading
+import weakref
 from collections.abc import Iterator
 
 import pytest
 
+from scheduler.extender import collector as gcs
 from scheduler.extender import run as commands
 
 
@@ -24,8 +28,20 @@ class SlowSync:
 def collector() -> Iterator[None]:
     thresholds = gc.get_threshold()
     yield
+    gcs.release()
     gc.unfreeze()
     gc.set_threshold(*thresholds)
+    gc.enable()
+
+
+class Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def generation_of(obj: object) -> int | None:
+    """The generation ``obj`` is in (None: frozen, or not tracked)."""
+    return next((g for g in range(3) if any(o is obj for o in gc.get_objects(g))), None)
 
 
 @pytest.mark.usefixtures("collector")
@@ -33,15 +49,71 @@ def test_the_collector_is_tuned_after_the_first_sync_only() -> None:
     gc.unfreeze()
     gc.set_threshold(700, 10, 10)
     backend = SlowSync()
-    worker = threading.Thread(target=commands._freeze_when_synced, args=(backend,))
+    stopping = threading.Event()
+    worker = threading.Thread(target=commands._freeze_when_synced, args=(backend, stopping), daemon=True)
     worker.start()
-    worker.join(timeout=0.3)
-    assert worker.is_alive() and gc.get_threshold() == (700, 10, 10) and gc.get_freeze_count() == 0
-    backend.synced.set()
-    worker.join(timeout=10)
+    try:
+        worker.join(timeout=0.3)
+        assert worker.is_alive() and gc.get_threshold() == (700, 10, 10) and gc.get_freeze_count() == 0
+        assert gcs._freeze_survivors not in gc.callbacks
+        backend.synced.set()
+        for _ in range(1000):  # the first collection walks the whole test process: it can take a while
+            if gcs._freeze_survivors in gc.callbacks:
+                break
+            stopping.wait(0.01)
+        assert worker.is_alive()  # sweeping now and then, until the service stops
+        assert gc.get_threshold() == gcs.THRESHOLDS == (2_000, 10, 10)
+        assert gc.get_freeze_count() > 0 and gcs._freeze_survivors in gc.callbacks
+    finally:
+        stopping.set()
+        worker.join(timeout=10)
     assert not worker.is_alive()
-    assert gc.get_threshold() == commands.GC_THRESHOLDS == (10_000, 10, 10)
-    assert gc.get_freeze_count() > 0
+    gcs.release()
+    assert gc.get_threshold() == (700, 10, 10) and gc.get_freeze_count() == 0
+    assert gcs._freeze_survivors not in gc.callbacks
+
+
+@pytest.mark.usefixtures("collector")
+def test_what_survives_a_collection_is_frozen_and_a_sweep_frees_frozen_cycles() -> None:
+    gcs.settle()
+    kept = Cycle()
+    assert generation_of(kept) == 0
+    gc.collect(0)
+    assert generation_of(kept) is None  # frozen: no later collection walks it again
+    lost = weakref.ref(kept)
+    del kept
+    gc.collect()  # a frozen cycle is out of reach of the ordinary collections
+    assert lost() is not None
+    assert gcs.sweep() >= 1
+    assert lost() is None
+    assert gc.isenabled() and gc.get_freeze_count() > 0  # frozen again after the sweep
+
+
+@pytest.mark.usefixtures("collector")
+def test_a_sweep_comes_once_the_frozen_objects_grew_by_a_quarter(caplog: pytest.LogCaptureFixture) -> None:
+    gcs.settle()
+    kept = Cycle()
+    gc.collect(0)
+    lost = weakref.ref(kept)
+    del kept
+    stopping = threading.Event()
+    worker = threading.Thread(target=gcs.sweep_when_grown, args=(stopping, 0.01), daemon=True)
+    with caplog.at_level(logging.INFO, logger="gpuslice.serve"):
+        worker.start()
+        try:
+            stopping.wait(0.2)
+            assert lost() is not None and not caplog.records  # grown by one object: no sweep
+            more = [[Cycle() for _ in range(100)] for _ in range(gc.get_freeze_count() // 300 + 1)]
+            gc.collect(0)  # now a third more are frozen
+            for _ in range(500):
+                if lost() is None and caplog.records:
+                    break
+                stopping.wait(0.01)
+        finally:
+            stopping.set()
+            worker.join(timeout=10)
+    assert not worker.is_alive() and lost() is None and len(more) > 1
+    assert [r.getMessage() for r in caplog.records] == ["full garbage collection"]
 
 
 class _Cache:
@@ -93,7 +165,9 @@ def test_the_collector_is_paused_during_the_first_sync_only(fails: bool) -> None
         if not fails:
             backend = SlowSync()
             backend.synced.set()
-            commands._freeze_when_synced(backend)  # type: ignore[arg-type]
+            stopping = threading.Event()
+            stopping.set()  # settle, then return at once instead of sweeping
+            commands._freeze_when_synced(backend, stopping)  # type: ignore[arg-type]
             assert gc.isenabled() and gc.get_freeze_count() > 0
     finally:
         gc.enable()
