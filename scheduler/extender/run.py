@@ -74,22 +74,22 @@ class Service:
         sync fails."""
         server, backend = self.server, self.server.extender.backend
         stopping = threading.Event()
-        threads = [
+        sync, collecting, announce = (
             threading.Thread(target=target, args=args, name=f"gpuslice-{target.__name__[1:]}", daemon=True)
             for target, args in (
                 (_sync, (server, self.source)),
                 (_freeze_when_synced, (backend, stopping)),
                 (_announce, (server, self.demo)),
             )
-        ]
-        for thread in threads:
+        )
+        for thread in (sync, collecting, announce):
             thread.start()
         try:
             server.run()
         finally:
             stopping.set()
             server.extender.stop()
-            threads[1].join(timeout=10)  # a sweep under way ends first
+            collecting.join(timeout=10)  # a sweep under way ends first
             collector.release()
         if server.sync_error is not None:
             raise SyncError(f"first sync with {self.source} failed: {server.sync_error}") from server.sync_error
@@ -125,8 +125,9 @@ def _sync(server: Server, source: str) -> None:
 
 
 def _freeze_when_synced(backend: Backend, stopping: threading.Event) -> None:
-    """Once the first full sync is in, run the collector as :mod:`.collector` says (and sweep
-    everything now and then until ``stopping``). During the sync it is paused (see _sync)."""
+    """Once the first full sync is in, run the collector as :mod:`.collector` says: settle, then
+    sweep whenever the frozen objects have grown by a quarter, until ``stopping``. During the
+    sync it is paused (see _sync)."""
     while not backend.ready():
         if stopping.wait(0.05):
             return
