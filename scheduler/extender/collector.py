@@ -10,8 +10,8 @@ more.
 
 So, once the first sync is in (:func:`settle`): one full collection, then whatever a
 collection leaves alive is frozen at once (:func:`gc.freeze`), so that no object is walked
-twice; the young generation is collected every ``THRESHOLDS[0]`` allocations (a few
-milliseconds each at most). What a frozen cycle would hold is found by :func:`sweep`, a full
+twice; the young generation is collected every ``THRESHOLDS[0]`` allocations (3-15 ms
+each at 5,000 nodes). What a frozen cycle would hold is found by :func:`sweep`, a full
 collection of everything, run when the frozen objects have grown by a quarter since the last
 one: CPython's own rule for its oldest generation, so that the work stays in proportion to the
 objects made (a pause of 0.2-0.4 s at 5,000 nodes, 1.7-1.9 s with 50,000 pods bound; logged, with
@@ -30,7 +30,7 @@ from scheduler import logs
 log = logs.get("serve")
 
 # The collector's thresholds while serving (CPython's default: 700, 10, 10).
-THRESHOLDS = (2_000, 10, 10)
+THRESHOLDS = (10_000, 10, 10)
 GROWTH = 1.25  # a sweep once the frozen objects have grown by this much (CPython's rule for its oldest generation)
 POLL_S = 10.0
 

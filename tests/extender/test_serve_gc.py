@@ -62,7 +62,7 @@ def test_the_collector_is_tuned_after_the_first_sync_only() -> None:
                 break
             stopping.wait(0.01)
         assert worker.is_alive()  # sweeping now and then, until the service stops
-        assert gc.get_threshold() == gcs.THRESHOLDS == (2_000, 10, 10)
+        assert gc.get_threshold() == gcs.THRESHOLDS == (10_000, 10, 10)
         assert gc.get_freeze_count() > 0 and gcs._freeze_survivors in gc.callbacks
     finally:
         stopping.set()
