@@ -91,29 +91,27 @@ def test_what_survives_a_collection_is_frozen_and_a_sweep_frees_frozen_cycles() 
 
 @pytest.mark.usefixtures("collector")
 def test_a_sweep_comes_once_the_frozen_objects_grew_by_a_quarter(caplog: pytest.LogCaptureFixture) -> None:
+    """When, not what: that a sweep frees a frozen cycle is the test above (a cycle checked here
+    could be held for a moment by this thread's own check while the sweeper runs)."""
     gcs.settle()
-    kept = Cycle()
-    gc.collect(0)
-    lost = weakref.ref(kept)
-    del kept
     stopping = threading.Event()
     worker = threading.Thread(target=gcs.sweep_when_grown, args=(stopping, 0.01), daemon=True)
     with caplog.at_level(logging.INFO, logger="gpuslice.serve"):
         worker.start()
         try:
             stopping.wait(0.2)
-            assert lost() is not None and not caplog.records  # grown by one object: no sweep
+            assert not caplog.records  # nothing grew: no sweep
             more = [[Cycle() for _ in range(100)] for _ in range(gc.get_freeze_count() // 300 + 1)]
             gc.collect(0)  # now a third more are frozen
             for _ in range(3000):  # a sweep of the whole test process can take seconds
-                if lost() is None and caplog.records:
+                if caplog.records:
                     break
                 stopping.wait(0.01)
         finally:
             stopping.set()
-            worker.join(timeout=10)
-    assert not worker.is_alive() and lost() is None and len(more) > 1
-    assert [r.getMessage() for r in caplog.records] == ["full garbage collection"]
+            worker.join(timeout=30)
+    assert not worker.is_alive() and len(more) > 1
+    assert caplog.records and {r.getMessage() for r in caplog.records} == {"full garbage collection"}
 
 
 class _Cache:
