@@ -66,7 +66,7 @@ from scheduler.core.allocation import record_annotations
 from scheduler.core.catalog import CATALOG
 from scheduler.core.fit import fit
 from scheduler.core.inventory import Device, Node, SharingMode
-from scheduler.core.request import parse_pod
+from scheduler.core.request import MILLI, parse_pod
 from scheduler.core.state import NodeState
 from scheduler.extender.client import ExtenderClient
 from scheduler.extender.collector import THRESHOLDS as GC_THRESHOLDS
@@ -335,12 +335,25 @@ def running(
                 proc.wait()
 
 
-def noop_app() -> Any:
-    """The do-nothing extender: the same uvicorn and JSON work, no decision."""
+def extender_app(filter_: Any, prioritize: Any, bind: Any) -> Any:
+    """A Starlette app of the extender's three verbs (POST) and ``/readyz``: the HTTP stack of
+    the do-nothing extender and of the floor."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.routing import Route
+
+    async def readyz(request: Request) -> Response:
+        return Response(b"ready")
+
+    verbs = {"/filter": filter_, "/prioritize": prioritize, "/bind": bind}
+    return Starlette(routes=[*(Route(p, v, methods=["POST"]) for p, v in verbs.items()), Route("/readyz", readyz)])
+
+
+def noop_app() -> Any:
+    """The do-nothing extender: the same uvicorn and JSON work, no decision."""
+    from starlette.requests import Request
+    from starlette.responses import Response
 
     async def filter_(request: Request) -> Response:
         args = orjson.loads(await request.body())
@@ -363,17 +376,108 @@ def noop_app() -> Any:
         await request.body()
         return Response(b'{"Error":""}', media_type="application/json")
 
-    async def readyz(request: Request) -> Response:
-        return Response(b"ready")
+    return extender_app(filter_, prioritize, bind)
 
-    return Starlette(
-        routes=[
-            Route("/filter", filter_, methods=["POST"]),
-            Route("/prioritize", prioritize, methods=["POST"]),
-            Route("/bind", bind, methods=["POST"]),
-            Route("/readyz", readyz),
-        ]
-    )
+
+def floor_app(cluster_file: Path) -> Any:
+    """The floor: the least GPU accounting an extender can do, on the same HTTP stack. Per GPU
+    its free compute and memory (two arrays); filter: one array test of the listed nodes (the
+    pod's model, its GPU count, its compute and memory per GPU) and one reason for every node
+    that fails; prioritize: free compute left (best fit), only the ten best hosts returned
+    (kube-scheduler scores a host left out as 0); bind: the GPUs with least compute free. No MIG
+    slots, sharing modes, CPU, holds, fragmentation or reasons of their own: its decisions are
+    not gpuslice's, only its cost is close to the least one: what an extender that does GPU
+    accounting in Python on this stack can hope for at best (``--floor``)."""
+    import re
+
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    items = orjson.loads(cluster_file.read_bytes())["items"]
+    nodes = [o for o in items if o["kind"] == "Node"]
+    index = {n["metadata"]["name"]: i for i, n in enumerate(nodes)}
+    models = [json.loads(n["metadata"]["annotations"][PREFIX + "inventory"])["devices"][0]["model"] for n in nodes]
+    codes = {m: k for k, m in enumerate(sorted(set(models)))}
+    model = np.array([codes[m] for m in models], dtype=np.int64)
+    total = np.array([CATALOG[m].memory_mib for m in models], dtype=np.int64)
+    compute = np.full((len(nodes), 8), MILLI, dtype=np.int64)
+    memory = np.repeat(total[:, None], 8, axis=1)
+    quantity = re.compile(r"(\d+)(Gi)?")
+
+    def request(pod: dict[str, Any]) -> tuple[int, int, int, int]:
+        """(GPUs, milli-compute per GPU, memory per GPU: MiB, or -milli of the GPU's, model code or -1)."""
+        a = {k.removeprefix(PREFIX): v for k, v in (pod["metadata"].get("annotations") or {}).items()}
+        code = codes.get(a["gpu-model"], -2) if "gpu-model" in a else -1
+        if "gpu-count" in a:
+            return int(a["gpu-count"]), MILLI, -MILLI, code
+        if "gpu-fraction" in a:
+            milli = round(float(a["gpu-fraction"]) * MILLI)
+            return 1, milli, -milli, code
+        if "gpu-memory" in a:
+            found = quantity.fullmatch(a["gpu-memory"])
+            mib = int(found.group(1)) * (1024 if found.group(2) else 1) if found else 1 << 40
+            return 1, int(a.get("gpu-compute", "0")) * 10, mib, code
+        if "mig-profile" in a:
+            slices, gb = a["mig-profile"].split("g.")
+            return 1, int(slices) * MILLI // 7, int(gb.removesuffix("gb")) * 1024, code
+        return 0, 0, 0, code
+
+    def fits(at: np.ndarray, req: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray]:
+        count, milli, mib, code = req
+        need = (total[at] * -mib // MILLI)[:, None] if mib < 0 else mib
+        gpus = (compute[at] >= milli) & (memory[at] >= need)
+        ok = gpus.sum(axis=1) >= count
+        return (ok & (model[at] == code) if code != -1 else ok), gpus
+
+    def take(i: int, req: tuple[int, int, int, int]) -> bool:
+        ok, gpus = fits(np.array([i]), req)
+        if not ok[0]:
+            return False
+        chosen = np.flatnonzero(gpus[0])
+        chosen = chosen[np.argsort(compute[i, chosen], kind="stable")][: req[0]]
+        compute[i, chosen] -= req[1]
+        memory[i, chosen] -= total[i] * -req[2] // MILLI if req[2] < 0 else req[2]
+        return True
+
+    for pod in items:  # the pods the cluster file has bound (--fill)
+        if pod["kind"] == "Pod" and pod["spec"].get("nodeName"):
+            take(index[pod["spec"]["nodeName"]], request(pod))
+    pending: dict[str, tuple[int, int, int, int]] = {}
+
+    def listed(args: dict[str, Any]) -> tuple[list[str], np.ndarray]:
+        names = args["NodeNames"]
+        return names, np.fromiter(map(index.__getitem__, names), np.int64, len(names))
+
+    async def filter_(request_: Request) -> Response:
+        args = orjson.loads(await request_.body())
+        names, at = listed(args)
+        req = pending[args["Pod"]["metadata"]["name"]] = request(args["Pod"])
+        ok = fits(at, req)[0].tolist()
+        body = {
+            "Nodes": None,
+            "NodeNames": [n for n, f in zip(names, ok, strict=True) if f],
+            "FailedNodes": {n: "not enough free GPU" for n, f in zip(names, ok, strict=True) if not f},
+            "FailedAndUnresolvableNodes": None,
+            "Error": "",
+        }
+        return Response(orjson.dumps(body), media_type="application/json")
+
+    async def prioritize(request_: Request) -> Response:
+        args = orjson.loads(await request_.body())
+        names, at = listed(args)
+        ok = fits(at, request(args["Pod"]))[0]
+        score = np.where(ok, 100 - compute[at].sum(axis=1) * 100 // (8 * MILLI), 0)
+        best = np.argsort(-score, kind="stable")[:10].tolist()
+        answer = [{"Host": names[i], "Score": int(score[i])} for i in best]
+        return Response(orjson.dumps(answer), media_type="application/json")
+
+    async def bind(request_: Request) -> Response:
+        args = orjson.loads(await request_.body())
+        req = pending.pop(args["PodName"], None)
+        done = req is None or take(index[args["Node"]], req)
+        return Response(b'{"Error":""}' if done else b'{"Error":"no GPU free"}', media_type="application/json")
+
+    return extender_app(filter_, prioritize, bind)
 
 
 # ---------------------------------------------------------------- reading answers cheaply
@@ -981,6 +1085,11 @@ def run(args: argparse.Namespace) -> None:
                 base, _ = measure(noop, cluster, sampling, args.mode, args.warmup, work / "noop.log", cpus)
                 rows.append(row(n, sampling, "(noop)", base, None, 0))
                 print(" | ".join(rows[-1]), flush=True)
+                if args.floor:
+                    floor = [sys.executable, __file__, "--floor-cluster", str(path), "--noop-port", "0"]
+                    got, _ = measure(floor, cluster, sampling, args.mode, args.warmup, work / "floor.log", cpus)
+                    rows.append(row(n, sampling, "(floor)", got, base, 0))
+                    print(" | ".join(rows[-1]), flush=True)
                 for policy in args.policy:
                     command = serve_command(path, 0, policy)
                     got, bad = measure(command, cluster, sampling, args.mode, args.warmup, work / f"{policy}.log", cpus)
@@ -1025,15 +1134,23 @@ def main() -> None:
         help="give the server (gpuslice or the noop) this many CPUs of its own and the driver the rest "
         "(Linux; 0: share them all, the default)",
     )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also measure the floor: the least GPU accounting an extender can do on the same HTTP stack "
+        "(its ratios to the do-nothing extender are the best any such extender can reach here)",
+    )
     parser.add_argument("--noop-port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--floor-cluster", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.noop_port is not None:
         import uvicorn
 
-        uvicorn.run(
-            noop_app(), host="127.0.0.1", port=args.noop_port, log_level="warning", access_log=False, lifespan="off"
-        )
+        app = floor_app(args.floor_cluster) if args.floor_cluster else noop_app()
+        uvicorn.run(app, host="127.0.0.1", port=args.noop_port, log_level="warning", access_log=False, lifespan="off")
         return
+    if args.floor and args.mode != "names":
+        raise SystemExit(f"--floor with --mode {args.mode}: accepted: --mode names (the floor reads NodeNames)")
     if not 0 <= args.fill < 1:
         raise SystemExit(f"--fill {args.fill}: accepted: a share from 0 to below 1")
     os.environ.setdefault("PYTHONHASHSEED", "0")

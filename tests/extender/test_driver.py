@@ -180,3 +180,33 @@ def test_a_run_stops_after_its_cycles() -> None:
         server.shutdown()
         server.server_close()
     assert got.attempts == 3 and got.unschedulable == 3
+
+
+def test_the_floor_counts_what_it_binds_and_refuses_what_fits_nowhere(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    path = tmp_path / "cluster.json"
+    driver.write_cluster(path, 12, 0, seed=3, mix="project")
+    names = [f"node-{i:05d}" for i in range(12)]
+    client = TestClient(driver.floor_app(path))
+
+    def ask(route: str, name: str, wanted: dict[str, str], listed: list[str] = names) -> Any:
+        pod = driver.make_pod(name, wanted, 1, 8)
+        return client.post(route, content=orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": listed})).json()
+
+    whole = ask("/filter", "whole", {"gpu-count": "8"})
+    assert whole["NodeNames"] == names and not whole["FailedNodes"]  # empty nodes: every one fits
+    assert client.post("/bind", json={"PodName": "whole", "Node": names[0]}).json() == {"Error": ""}
+    one = ask("/filter", "one", {"gpu-count": "1"})
+    assert one["NodeNames"] == names[1:] and list(one["FailedNodes"]) == [names[0]]  # its 8 GPUs are taken
+    # a share fits beside a quarter taken: the fullest node that still fits ranks first
+    assert ask("/filter", "quarter", {"gpu-fraction": "0.25"})["NodeNames"] == names[1:]
+    assert client.post("/bind", json={"PodName": "quarter", "Node": names[5]}).json() == {"Error": ""}
+    ranked = ask("/prioritize", "next", {"gpu-fraction": "0.5"}, names[1:])
+    assert len(ranked) == 10 and ranked[0]["Host"] == names[5] and ranked[0]["Score"] > ranked[1]["Score"]
+    nowhere = ask("/filter", "nowhere", {"gpu-count": "9"})
+    assert nowhere["NodeNames"] == [] and sorted(nowhere["FailedNodes"]) == names
+    assert ask("/filter", "a30", {"gpu-model": "A30", "gpu-memory": "1000"})["NodeNames"] == []
+    # a bind the floor can no longer honour is refused, not over-allocated
+    ask("/filter", "again", {"gpu-count": "1"})
+    assert client.post("/bind", json={"PodName": "again", "Node": names[0]}).json()["Error"]
