@@ -131,7 +131,9 @@ def defrag(
     max_evictions: Annotated[
         str | None, typer.Option(metavar="N", help=f"Pods evicted at most (default 8; 0 to {MAX_EVICTIONS}).")
     ] = None,
-    policy: Annotated[str | None, typer.Option(help="The placement policy the cluster runs (default binpack).")] = None,
+    policy: Annotated[
+        str | None, typer.Option(help="The placement policy the cluster runs (default: the config's, fgd-reserve).")
+    ] = None,
     apply: Annotated[
         bool,
         typer.Option(

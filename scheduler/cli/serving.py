@@ -104,7 +104,7 @@ def serve(
     config_file: Annotated[Path | None, typer.Option("--config", help="YAML file of settings.")] = None,
     policy: Annotated[str | None, typer.Option(help="Placement policy (see README: Policies).")] = None,
     prefix: Annotated[str | None, typer.Option(help="Annotation prefix (default gpuslice.io/).")] = None,
-    url_prefix: Annotated[str | None, typer.Option(help="Path before /filter, /prioritize, /bind.")] = None,
+    url_prefix: Annotated[str | None, typer.Option(help="Path before /filter, /prioritize, /bind, /preempt.")] = None,
     host: Annotated[str | None, typer.Option(help="Address to listen on (default 127.0.0.1).")] = None,
     port: Annotated[
         str | None, typer.Option(metavar="PORT", help=f"Port to listen on (default {DEFAULT_PORT}; 0: any free one).")
