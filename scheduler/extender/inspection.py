@@ -47,6 +47,7 @@ def render(data: Any, output: str = "table") -> str:
         rows.extend([row.get(h, "-") for h in headers] for row in _rows(n, wide))
         if not n.get("usable"):
             notes.append(f"{n['name']}: not served until fixed: {n.get('problem')}")
+        notes.extend(f"{n['name']}: {line}" for line in attention_lines(n))
         notes.extend(f"{n['name']}: {line}" for line in stray_lines(n))
         for pod, reason in (n.get("recordErrors") or {}).items():
             notes.append(f"{n['name']}: allocation record of {pod} rejected: {reason}")
@@ -100,6 +101,19 @@ def holder_text(pod: Mapping[str, Any], share: Mapping[str, Any]) -> str:
     if share.get("usedComputeMilli") is not None:
         text += f", {share['usedComputeMilli'] / 10:g}/{share['computeMilli'] / 10:g} percent"
     return text + (" OVERRUN" if share.get("overrun") else "")
+
+
+def attention_lines(node: Mapping[str, Any]) -> list[str]:
+    """A line per unhealthy GPU and per share measured over its allocation, for ``gpuslice
+    inspect``: the short table has no column for either, and neither may pass unseen."""
+    lines = [
+        f"GPU {d['index']} unhealthy: {d.get('unhealthyReason') or 'reported by the node agent'}"
+        for d in node.get("devices") or []
+        if d.get("healthy") is False
+    ]
+    for pod in node.get("pods") or []:
+        lines.extend(f"GPU {s['index']}: {holder_text(pod, s)}" for s in pod["shares"] if s.get("overrun"))
+    return lines
 
 
 def stray_lines(node: Mapping[str, Any]) -> list[str]:

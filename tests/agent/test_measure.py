@@ -361,6 +361,7 @@ def test_report_only_is_the_default(
 ) -> None:
     agent = agent_of(tmp_path, gpus, cluster, clock)
     key = overrun_pod(cluster, gpus, proc)
+    running(cluster, "quiet", namespace="team-a", gpu_memory="2Gi", sharing="time-slicing")  # within its share
     for _ in range(20):
         agent.tick()
         clock.now += 10
@@ -369,6 +370,12 @@ def test_report_only_is_the_default(
     assert cluster.evictions == [] and key in cluster.backend.pods()
     assert one(scrape(agent), "gpuslice_share_overrun", pod="hog") == 1
     assert cluster.usage()["pods"][key] == [{"index": 0, "usedMiB": 6016, "overrun": True}]
+    # the short table has no column for it: a line under it says so
+    from scheduler.extender.inspection import render
+
+    lines = render(cluster.extender.describe()).splitlines()
+    flagged = [line for line in lines if line.startswith(f"{NODE}: GPU")]
+    assert flagged == [f"{NODE}: GPU 0: {key} used 6016/4096 MiB OVERRUN"]
 
 
 def test_a_short_spike_inside_the_grace_period_gives_nothing(

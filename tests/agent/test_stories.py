@@ -16,6 +16,7 @@ from prometheus_client import generate_latest
 from scheduler.agent.fake import FakeGpus
 from scheduler.agent.migs import AdmitError
 from scheduler.core.k8s import parse_node
+from scheduler.extender.inspection import render
 from tests.agent.kit import NODE, PREFIX, Cluster, FakeClock, FakeRunner, fake_gpus, make_agent
 
 HAND_MADE = "MIG-hand-3g-at-4"
@@ -86,6 +87,7 @@ def test_a_fatal_xid_marks_the_gpu_unhealthy_and_the_extender_refuses_it(
     gpus.xid(3, 43)  # an application's fault: nothing happens
     agent.tick()
     assert cluster.inventory()["devices"][3]["healthy"] is True
+    assert "unhealthy" not in render(cluster.extender.describe(NODE)[0])
     gpus.xid(3, 79)
     agent.tick()
     device = cluster.inventory()["devices"][3]
@@ -99,6 +101,8 @@ def test_a_fatal_xid_marks_the_gpu_unhealthy_and_the_extender_refuses_it(
     assert "GPU 3 (GPU-h100-3, H100-80GB) is unhealthy: XID 79" in message
     rows = {r["index"]: r for r in cluster.extender.describe(NODE)[0]["devices"]}
     assert rows[3]["healthy"] is False and rows[3]["detail"] == "unhealthy: XID 79: GPU has fallen off the bus"
+    # gpuslice inspect's short table (no detail column) says it under the table
+    assert f"{NODE}: GPU 3 unhealthy: XID 79: GPU has fallen off the bus" in render(cluster.extender.describe(NODE)[0])
     metrics = generate_latest(cluster.extender.metrics.registry).decode()
     assert 'gpuslice_gpu_unhealthy{gpu="3",node="gpu-1",reason="XID 79: GPU has fallen off the bus"' in metrics
 
