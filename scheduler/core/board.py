@@ -698,7 +698,8 @@ class Board:
         where it does not): fit's own reason (:func:`~.fit.shortage`), from what decides it,
         worked out with arrays: per node, how many GPUs can host a share, and of the GPUs the
         selectors allow that refuse, the first with the most free memory; the text is written
-        once per distinct (GPUs that can host, why that GPU refuses)."""
+        once per distinct reason that GPU refuses (how many GPUs can host is not in the text:
+        see :mod:`.fit`, "Reasons")."""
         devices = self._devs[positions]
         table = self._hosted(gpu, devices)
         hosting = table.hosts[devices]
@@ -713,11 +714,10 @@ class Board:
         best = free.argmax(axis=1)  # the first of the most free memory
         lines = np.arange(len(positions))
         best_id = np.where(refused.any(axis=1), devices[lines, best], 0)  # 0: none refused
-        options = hosting.sum(axis=1) if gpu.count > 1 else np.zeros(len(positions), dtype=np.int64)
         column = np.where(best_id > 0, best, 0)  # of that GPU: a refusal may name it
-        keys = np.column_stack([self._kind[positions].astype(np.int64), options, best_id, column])
+        keys = np.column_stack([self._kind[positions].astype(np.int64), best_id, column])
         unique, first, inverse = _unique_rows(keys)
-        kinds, counts, best_ids, columns = unique.T
+        kinds, best_ids, columns = unique.T
         whys, why_of = self._refused_reasons(gpu, table, best_ids, positions[first], columns)
         for kind in np.unique(kinds).tolist():  # the kind's own reason (no model or mode accepted) first
             found = kind_reason(gpu, self._kind_nodes[kind])
@@ -726,12 +726,11 @@ class Board:
                 whys.append(found)
         if gpu.count > 1:
             why_of[best_ids == 0] = -1  # none refused: the count alone says why
-        pairs, _, pair_of = _unique_rows(np.column_stack([counts, why_of]))
+        distinct, why_at = np.unique(why_of, return_inverse=True)
         texts = np.array(
-            [self._text(counted_reason(gpu, count, whys[w] if w >= 0 else None)) for count, w in pairs.tolist()],
-            dtype=np.int32,
+            [self._text(counted_reason(gpu, whys[w] if w >= 0 else None)) for w in distinct.tolist()], dtype=np.int32
         )
-        reasons: np.ndarray = texts[pair_of[inverse]]
+        reasons: np.ndarray = texts[why_at[inverse]]
         return reasons
 
     def _refused_reasons(

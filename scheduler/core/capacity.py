@@ -56,7 +56,7 @@ EMPTY = DeviceUsage()
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """Why a share does not fit on one GPU. ``need_mib`` is set when memory is what is short:
-    a node's reason then names the largest free memory of its GPUs instead of one GPU's.
+    a node's reason then names only the memory asked, not one GPU's free memory.
     ``gpu``: the index of the GPU the text names (-1: none). Answers are kept per GPU state,
     which GPUs at other indices share: :meth:`on` reads one for the GPU at hand."""
 
@@ -139,8 +139,9 @@ def _stray_short(need: int, left: int, stray: int) -> Refusal:
 
 
 def compute_short_text(need: int, left: int) -> str:
-    """Why a share asking ``need`` milli-GPU of compute does not fit where ``left`` is left."""
-    return f"needs {percent(need)} compute on one GPU, free {percent(left)}"
+    """Why a share asking ``need`` milli-GPU of compute does not fit where ``left`` (less) is
+    left: what is asked, not what is left (see :mod:`scheduler.core.fit`, "Reasons")."""
+    return f"needs {percent(need)} compute on one GPU, more than is free"
 
 
 def _compute_short(need: int, left: int, free_mib: int) -> Refusal:

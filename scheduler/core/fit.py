@@ -5,6 +5,15 @@ MIG starts already chosen by the slot rule), or a short stable reason why none e
 A GPU's answer depends only on the request and what the capacity model reads of the GPU
 (:func:`~scheduler.core.capacity.device_key`), so it is worked out once per such pair
 and kept in a bounded table: many GPUs of a cluster are alike.
+
+Reasons: a node's reason names what the pod asks and which rule refuses, never the numbers of
+the node's own state (``needs 20480 MiB on one GPU, more than is free``, ``needs 4 GPUs for 4
+whole GPUs, not that many available``, ``insufficient cpu: needs 2000m``). kube-scheduler
+counts the nodes that failed by their reason's text in the pod's ``FailedScheduling`` event,
+whose message ends at 1,024 bytes: with each node's largest free memory in its reason, every
+node was a count of its own and the event named a few nodes and stopped; and a board that
+keeps its reasons as texts met a new text on nearly every node of a busy cluster. What each
+GPU has free is in ``gpuslice inspect``.
 """
 
 from __future__ import annotations
@@ -287,14 +296,6 @@ def linked_set(links: frozenset[tuple[int, int]], indices: tuple[int, ...], coun
     return best
 
 
-def _largest_linked(node: Node, indices: list[int]) -> int:
-    """How many of ``indices`` the largest set of GPUs pairwise joined by NVLink holds."""
-    graph = nx.Graph()
-    graph.add_nodes_from(indices)
-    graph.add_edges_from(e for e in node.nvlink if e[0] in graph and e[1] in graph)
-    return max((len(c) for c in nx.find_cliques(graph)), default=0)
-
-
 def kind_reason(gpu: GpuRequest, node: Node) -> str | None:
     """Why no GPU of the node is of a model and mode ``gpu`` accepts (None when some is): the
     same for every node of the node's kind."""
@@ -316,21 +317,20 @@ def refused_reason(best: Refusal | None) -> str:
     closest to fitting (the most free memory; the first such), None when none refused."""
     if best is None:
         return "no GPU matches"
-    # When memory is what it lacks, the largest free memory says by how much.
-    if best.need_mib is not None:
-        return _memory_reason(best.need_mib, best.free_mib)
+    if best.need_mib is not None:  # memory: what is asked (the GPU's own text names what it has)
+        return _memory_reason(best.need_mib)
     return best.text
 
 
-def _memory_reason(need_mib: int, free_mib: int) -> str:
-    return f"needs {need_mib} MiB on one GPU, largest free {free_mib} MiB"
+def _memory_reason(need_mib: int) -> str:
+    return f"needs {need_mib} MiB on one GPU, more than is free"
 
 
 def short_reason(what: int, need: int, left: int) -> str:
     """What :func:`refused_reason` says of the refusal :func:`~.capacity.rows_shortages`
     describes as (``what``, ``need``, ``left``), ``what`` not 0."""
     if what == SHORT_MEMORY:
-        return _memory_reason(need, left)
+        return _memory_reason(need)
     assert what == SHORT_COMPUTE, what
     return compute_short_text(need, left)
 
@@ -342,21 +342,21 @@ def _gpu_reason(gpu: GpuRequest, node: Node, refusals: list[Refusal]) -> str:
     return refused_reason(max(refusals, key=lambda r: r.free_mib) if refusals else None)
 
 
-def counted_reason(gpu: GpuRequest, options: int, why: str | None) -> str:
+def counted_reason(gpu: GpuRequest, why: str | None) -> str:
     """The reason of :func:`shortage` from ``why`` the GPUs refused (None: none refused, for a
     request of several GPUs)."""
     if gpu.count <= 1:
         assert why is not None
         return why
-    text = f"needs {gpu.count} GPUs for {gpu.describe()}, {options} available"
+    text = f"needs {gpu.count} GPUs for {gpu.describe()}, not that many available"
     return text if why is None else f"{text} ({why})"
 
 
-def shortage(gpu: GpuRequest, node: Node, options: int, refusals: list[Refusal]) -> str:
-    """Why ``gpu`` does not fit a node where ``options`` GPUs can host one of its shares and
-    the node's other GPUs (those its selectors allow) gave ``refusals``, in device order."""
+def shortage(gpu: GpuRequest, node: Node, refusals: list[Refusal]) -> str:
+    """Why ``gpu`` does not fit a node where too few GPUs can host one of its shares and the
+    node's other GPUs (those its selectors allow) gave ``refusals``, in device order."""
     why = _gpu_reason(gpu, node, refusals) if refusals or gpu.count <= 1 else None
-    return counted_reason(gpu, options, why)
+    return counted_reason(gpu, why)
 
 
 def gpu_options(gpu: GpuRequest, state: NodeState) -> tuple[list[DeviceShare], list[Refusal]]:
@@ -382,9 +382,9 @@ def host_reason(demand: Demand, state: NodeState) -> str | None:
     if len(state.pods) >= node.max_pods:
         return f"node already holds its maximum of {node.max_pods} pods"
     if demand.cpu_milli > state.cpu_free:
-        return f"insufficient cpu: needs {demand.cpu_milli}m, {state.cpu_free}m free"
+        return f"insufficient cpu: needs {demand.cpu_milli}m"
     if demand.memory_mib > state.memory_free:
-        return f"insufficient memory: needs {demand.memory_mib} MiB, {state.memory_free} MiB free"
+        return f"insufficient memory: needs {demand.memory_mib} MiB"
     return None
 
 
@@ -397,7 +397,7 @@ def gpu_fit(demand: Demand, state: NodeState) -> Fit:
         return Fit((Allocation(node.name, (), demand.cpu_milli, demand.memory_mib),))
     options, refusals = gpu_options(gpu, state)
     if len(options) < max(1, gpu.count):
-        return Fit(reason=shortage(gpu, node, len(options), refusals))
+        return Fit(reason=shortage(gpu, node, refusals))
     return fit_options(demand, node, options)
 
 
@@ -412,7 +412,7 @@ def fit_options(demand: Demand, node: Node, options: list[DeviceShare]) -> Fit:
     if gpu.nvlink:
         linked = linked_set(node.nvlink, tuple(indices), gpu.count)
         if linked is None:
-            return Fit(reason=f"needs {gpu.count} GPUs joined by NVLink, {_largest_linked(node, indices)} available")
+            return Fit(reason=f"needs {gpu.count} GPUs joined by NVLink, not that many free and joined")
         chosen = list(linked)
     else:
         chosen = _best_connected(node, indices, gpu.count)

@@ -197,15 +197,14 @@ class Answers:
         self._texts: tuple[Sequence[str] | None, np.ndarray] = (None, np.empty(0, dtype=object))
 
     def texts(self, outcomes: Outcomes) -> np.ndarray:
-        """The board's reasons (by text id) as JSON strings, encoded once each, as a filter
-        answer gives them (:func:`wire.node_reason`)."""
+        """The board's reasons (by text id) as JSON strings, encoded once each."""
         known, encoded = self._texts
         texts = outcomes.texts
         if known is not texts:  # the board started its table of reasons afresh
             encoded = np.empty(0, dtype=object)
         if len(encoded) < len(texts):
             more = np.empty(len(texts) - len(encoded), dtype=object)
-            more[:] = [wire.dumps(wire.node_reason(t)) for t in texts[len(encoded) :]]
+            more[:] = [wire.dumps(t) for t in texts[len(encoded) :]]
             encoded = np.concatenate([encoded, more])
         self._texts = (texts, encoded)
         return encoded

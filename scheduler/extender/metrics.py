@@ -18,7 +18,7 @@ _NUMBER = re.compile(r"\d+(\.\d+)?")
 
 def reason_class(reason: str) -> str:
     """A reason with its numbers blanked, so the label set stays small:
-    "needs 20480 MiB on one GPU, largest free 16384 MiB" -> "needs N MiB on one GPU, largest free N MiB"."""
+    "needs 20480 MiB on one GPU, more than is free" -> "needs N MiB on one GPU, more than is free"."""
     return _NUMBER.sub("N", reason)[:120]
 
 

@@ -8,7 +8,6 @@ than any client library pass through untouched. Every reply key is always presen
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeGuard
@@ -25,31 +24,6 @@ def go_safe(message: str) -> str:
     (``needs 50%!c(MISSING)ompute``). A ``%`` becomes the full-width ``％``, which reads the
     same and which no Go format string eats."""
     return message.replace("%", "\uff05")
-
-
-# A node's own numbers in a refusal, and what a filter answer says instead (see node_reason).
-_NODE_NUMBERS = (
-    (re.compile(r", (?:largest )?free \d+ MiB(?: \([^)]*\))?"), ", none has that much free"),  # memory
-    (re.compile(r", free [\d.]+ percent"), ", none has that much free"),  # compute
-    (re.compile(r", \d+ available"), ", fewer available"),  # GPUs that could take a share
-    (re.compile(r"(insufficient (?:cpu|memory): needs [^,]+), [^,]+ free"), r"\1"),  # the node's CPU, memory
-)
-
-
-def node_reason(reason: str) -> str:
-    """A node's refusal as a filter answer gives it, without the numbers of the node's own
-    state (the largest free memory, the free compute, how many GPUs could take a share, the
-    CPU or memory left): what the pod asks stays. kube-scheduler counts the failed nodes by
-    their reason's text (``0/5000 nodes are available: 4210 needs 20480 MiB on one GPU, none
-    has that much free, 790 model L4 not in A30.``), and an event's message ends at 1,024
-    bytes; with a number of each node's own, every node would be a line of its own, and the
-    event would name a few nodes and end. The numbers stay in bind errors, which are about
-    one node, and in ``gpuslice inspect``."""
-    if "free" not in reason and "available" not in reason:  # every pattern names one of the two
-        return reason
-    for pattern, replacement in _NODE_NUMBERS:
-        reason = pattern.sub(replacement, reason)
-    return reason
 
 
 class WireError(ValueError):

@@ -202,7 +202,7 @@ def test_a_stray_process_is_reported_and_the_extender_counts_its_memory(
     too_big = cluster.create_pod("fifteen", gpu_memory="15Gi", sharing="mps", gpu_compute="10")
     result = cluster.filter(too_big)
     failed = {**(result["FailedNodes"] or {}), **(result["FailedAndUnresolvableNodes"] or {})}
-    assert failed[NODE] == "needs 15360 MiB on one GPU, none has that much free"
+    assert failed[NODE] == "needs 15360 MiB on one GPU, more than is free"
     (row,) = [d for d in cluster.extender.describe(NODE)[0]["devices"] if d["index"] == 1]
     assert (row["strayMemoryMiB"], row["memoryFreeMiB"]) == (8192, L4_MIB - 8192)
     (stray,) = cluster.extender.describe(NODE)[0]["measured"]["stray"]

@@ -27,7 +27,7 @@ def test_sharing_selector_reason() -> None:
     assert fit(Demand(0, 0, gpu), make_state(mode="mps")).reason == "no GPU in sharing mode mig"
 
 
-def test_memory_reason_names_largest_free() -> None:
+def test_memory_reason_names_what_is_asked_not_what_each_gpu_has() -> None:
     state = make_state(gpus=2, mode="mps", model="L4")  # 23034 MiB each
     first = fit(Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, memory_mib=16384)), state)
     state = state.apply("a", first.allocations[0])
@@ -37,7 +37,7 @@ def test_memory_reason_names_largest_free() -> None:
     # GPU 0: 23034 - 16384 = 6650 free; GPU 1: 23034 - 20480 = 2554 free
     assert (
         fit(Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, memory_mib=8192, compute_milli=10)), state).reason
-        == "needs 8192 MiB on one GPU, largest free 6650 MiB"
+        == "needs 8192 MiB on one GPU, more than is free"
     )
 
 
@@ -61,7 +61,7 @@ def test_nvlink_required_takes_gpus_joined_pairwise() -> None:
     assert [s.index for s in fit(required, state).allocations[0].shares] == [1, 2, 3]
     # with GPU 3 taken, no three free GPUs are joined pairwise: the largest such set is a pair
     state = state.apply("a", fit(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 1)), state).allocations[3])
-    assert fit(required, state).reason == "needs 3 GPUs joined by NVLink, 2 available"
+    assert fit(required, state).reason == "needs 3 GPUs joined by NVLink, not that many free and joined"
     # preferred (the default) still takes the best connected three
     assert [s.index for s in fit(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 3)), state).allocations[0].shares] == [
         0,
@@ -71,7 +71,7 @@ def test_nvlink_required_takes_gpus_joined_pairwise() -> None:
     # no topology at all: a required pair never fits, a single GPU always does
     plain = make_state(gpus=4)
     assert fit(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 2, nvlink=True)), plain).reason == (
-        "needs 2 GPUs joined by NVLink, 1 available"
+        "needs 2 GPUs joined by NVLink, not that many free and joined"
     )
     assert fit(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 1, nvlink=True)), plain)
 
@@ -80,7 +80,7 @@ def test_multi_gpu_count_reason() -> None:
     state = make_state(gpus=2)
     state = state.apply("a", fit(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 1)), state).allocations[0])
     found = fit(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 2)), state)
-    assert found.reason.startswith("needs 2 GPUs for 2 whole GPUs, 1 available")
+    assert found.reason.startswith("needs 2 GPUs for 2 whole GPUs, not that many available")
 
 
 def test_shared_multi_gpu_takes_a_share_on_each() -> None:

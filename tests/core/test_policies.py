@@ -336,8 +336,8 @@ def test_the_boards_reasons_on_shared_gpus_are_fits_written_once_per_shortage(
                 assert Status(int(outcomes.status[k])) is Status.UNSCHEDULABLE
                 assert outcomes.texts[outcomes.reason[k]] == found.reason, (k, gpu)
                 texts.add(found.reason)
-    assert any("compute on one GPU, free" in t for t in texts)
-    assert any("MiB on one GPU, largest free" in t for t in texts)
+    assert any("compute on one GPU, more than is free" in t for t in texts)
+    assert any("MiB on one GPU, more than is free" in t for t in texts)
     assert any(t.startswith("needs 2 GPUs") and "(" in t for t in texts)  # several GPUs, with why
     assert len(texts) > 10
     assert not any("%" in t for t in texts)  # kube-scheduler formats reasons with Go's fmt

@@ -87,8 +87,7 @@ KINDS: list[dict[str, str]] = [
 
 
 def reference_filter(extender: Any, pod: dict[str, Any], names: list[str]) -> dict[str, Any]:
-    """Filter worked out node by node, as the service did before it remembered anything (each
-    reason as a filter answer gives it: without the node's own numbers)."""
+    """Filter worked out node by node, as the service did before it remembered anything."""
     request = extender.parse(pod)
     policy = extender.policy_for(request)
     cache = extender.cache
@@ -100,7 +99,7 @@ def reference_filter(extender: Any, pod: dict[str, Any], names: list[str]) -> di
         if state is None:
             problem = cache.problem(name)
             if problem:
-                never[name] = wire.node_reason(problem)
+                never[name] = problem
             else:
                 failed[name] = "node unknown to gpuslice"
             continue
@@ -110,9 +109,9 @@ def reference_filter(extender: Any, pod: dict[str, Any], names: list[str]) -> di
             continue
         empty = fit(request.demand, NodeState.empty(state.node))
         if empty:
-            failed[name] = wire.node_reason(placed)
+            failed[name] = placed
         else:
-            never[name] = wire.node_reason(empty.reason)
+            never[name] = empty.reason
     if request.demand.gpu.kind is GpuKind.NONE:  # passes everywhere
         passed, failed, never = list(names), {}, {}
     return {

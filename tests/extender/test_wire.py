@@ -51,8 +51,8 @@ class TestFilter:
         assert got["NodeNames"] == ["mps-a", "mps-b", "mig"]
         assert got["FailedNodes"] == {
             # big took ceil(70000 * 1000 / 81920) = 855 milli of compute; 20480 MiB needs 250: fits once big is gone
-            # without the node's own numbers (its free 14.5 percent): kube-scheduler counts nodes by reason
-            "small": "needs 25 percent compute on one GPU, none has that much free",
+            # what is asked, not the node's own 14.5 percent free: kube-scheduler counts nodes by reason
+            "small": "needs 25 percent compute on one GPU, more than is free",
             "ghost": "node unknown to gpuslice",
         }
         never = got["FailedAndUnresolvableNodes"]
@@ -68,7 +68,7 @@ class TestFilter:
         # half a GPU: t4 gives 15360 // 2 = 7680 MiB of a replica; MIG: 500 milli needs 4 of 7 slices (4g.40gb)
         assert [n["metadata"]["name"] for n in passed] == ["mps-a", "mps-b", "t4", "mig"]
         assert all(n["futureField"] == {"x": 1} for n in passed)
-        assert got["FailedNodes"] == {"small": "needs 50 percent compute on one GPU, none has that much free"}
+        assert got["FailedNodes"] == {"small": "needs 50 percent compute on one GPU, more than is free"}
 
     @pytest.mark.parametrize(
         "payload",
@@ -221,7 +221,7 @@ class TestBind:
         pod = k8s_pod("p", gpu_memory="20Gi")
         svc.backend.put_pod(pod)
         got = svc.post("bind", binding(pod, "small"))
-        assert got["Error"] == "needs 25 percent compute on one GPU, free 14.5 percent"
+        assert got["Error"] == "needs 25 percent compute on one GPU, more than is free"
         assert "nodeName" not in svc.backend.pods()["default/p"]["spec"]
         assert [k for k, _ in svc.extender.cache.state("small").pods] == ["default/big"]
 
