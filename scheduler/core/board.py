@@ -172,7 +172,7 @@ class _Hosting:
         self.whys.of(refused_reason(None))
         self.why = np.zeros(1, dtype=np.int64)
         self.free = np.full(1, -1, dtype=np.int64)  # a refusing state's free MiB (-1: not asked yet)
-        self.short = np.zeros((3, 1), dtype=np.int64)  # its capacity.rows_shortages (0: another rule)
+        self.short = np.zeros((2, 1), dtype=np.int64)  # its capacity.rows_shortages (0: another rule)
 
     def grow(self, size: int) -> None:
         """Nothing to do: :meth:`Board._hosted` works out device states as they appear."""
@@ -575,7 +575,7 @@ class Board:
             table.took = np.concatenate([table.took, np.zeros(extra, dtype=np.int64)])
             table.why = np.concatenate([table.why, np.full(extra, _UNKNOWN, dtype=np.int64)])
             table.free = np.concatenate([table.free, np.full(extra, -1, dtype=np.int64)])
-            table.short = np.concatenate([table.short, np.zeros((3, extra), dtype=np.int64)], axis=1)
+            table.short = np.concatenate([table.short, np.zeros((2, extra), dtype=np.int64)], axis=1)
         unknown = ~table.known[rows]
         if not unknown.any():
             return table
@@ -747,9 +747,9 @@ class Board:
         distinct = np.unique(ids)
         fresh = distinct[known[distinct] == _UNKNOWN]
         if len(fresh):
-            written: dict[tuple[int, int, int], int] = {}
-            what, need, left = table.short[:, fresh].tolist()
-            for device_id, shortage in zip(fresh.tolist(), zip(what, need, left, strict=True), strict=True):
+            written: dict[tuple[int, int], int] = {}
+            what, need = table.short[:, fresh].tolist()
+            for device_id, shortage in zip(fresh.tolist(), zip(what, need, strict=True), strict=True):
                 if shortage[0]:
                     place = written.get(shortage)
                     if place is None:

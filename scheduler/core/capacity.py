@@ -138,14 +138,14 @@ def _stray_short(need: int, left: int, stray: int) -> Refusal:
     return Refusal(f"needs {need} MiB on one GPU, free {left} MiB ({_held(stray)})", left, need)
 
 
-def compute_short_text(need: int, left: int) -> str:
-    """Why a share asking ``need`` milli-GPU of compute does not fit where ``left`` (less) is
-    left: what is asked, not what is left (see :mod:`scheduler.core.fit`, "Reasons")."""
+def compute_short_text(need: int) -> str:
+    """Why a share asking ``need`` milli-GPU of compute does not fit: what is asked, not what
+    is left (see :mod:`scheduler.core.fit`, "Reasons")."""
     return f"needs {percent(need)} compute on one GPU, more than is free"
 
 
-def _compute_short(need: int, left: int, free_mib: int) -> Refusal:
-    return Refusal(compute_short_text(need, left), free_mib)
+def _compute_short(need: int, free_mib: int) -> Refusal:
+    return Refusal(compute_short_text(need), free_mib)
 
 
 def refusal(node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) -> Refusal | None:
@@ -193,7 +193,7 @@ def refusal(node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) 
             return no(f"GPU {device.index} has reached its MPS client limit of {device.mps_client_limit}")
         cap = MILLI * node.mps_compute_oversub_pct // 100
         if usage.compute_milli + share.compute_milli > cap:
-            return _compute_short(share.compute_milli, max(0, cap - usage.compute_milli), free_mib)
+            return _compute_short(share.compute_milli, free_mib)
         mem_cap = device.memory_mib
     else:
         if usage.shares >= device.replicas:
@@ -326,26 +326,20 @@ _SHORT_OF_RULE = np.array([0, 0, 0, SHORT_COMPUTE, SHORT_MEMORY, SHORT_MEMORY]) 
 
 def rows_shortages(
     rows: np.ndarray, memory_mib: np.ndarray, compute_milli: np.ndarray, rule: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray]:
     """Per share that does not fit the GPU state of ``rows[i]`` (see :func:`rows_fit`): what
     its :class:`Refusal` (of :func:`refusal`, else :func:`stray_refusal`) says is short, as
     numbers, where the rule it breaks names no GPU: :data:`SHORT_MEMORY` (memory past the cap
-    or past what stray processes leave), the MiB asked and the MiB free the refusal reports
-    (``free_mib``); :data:`SHORT_COMPUTE`, the milli-GPU asked and the milli-GPU left; 0 where
-    it breaks another rule (ask :func:`refusal`). A node's reason is written from these (see
-    :func:`~.fit.short_reason`), once per distinct triple. Held to the two refusals pair by
-    pair in ``tests/core/test_capacity.py``. ``rule``: :func:`rows_refused_rule`'s answer, if
-    known."""
-    _, _, memory_cap, compute_cap, _, used_memory, used_compute, _, _, stray = rows.T
+    or past what stray processes leave) and the MiB asked; :data:`SHORT_COMPUTE` and the
+    milli-GPU asked; 0 where it breaks another rule (ask :func:`refusal`). A node's reason is
+    written from these (see :func:`~.fit.short_reason`), once per distinct pair. Held to the
+    two refusals pair by pair in ``tests/core/test_capacity.py``. ``rule``:
+    :func:`rows_refused_rule`'s answer, if known."""
     if rule is None:
         rule = rows_refused_rule(rows, memory_mib, compute_milli)
-    room = memory_cap - used_memory
     what = _SHORT_OF_RULE[rule]
     need = np.where(what == SHORT_COMPUTE, compute_milli, memory_mib) * (what > 0)
-    left = np.choose(
-        rule, [0, 0, 0, np.maximum(0, compute_cap - used_compute), np.maximum(0, room), np.maximum(0, room - stray)]
-    )
-    return what, need, left
+    return what, need
 
 
 def shares_fit(

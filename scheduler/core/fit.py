@@ -326,13 +326,13 @@ def _memory_reason(need_mib: int) -> str:
     return f"needs {need_mib} MiB on one GPU, more than is free"
 
 
-def short_reason(what: int, need: int, left: int) -> str:
+def short_reason(what: int, need: int) -> str:
     """What :func:`refused_reason` says of the refusal :func:`~.capacity.rows_shortages`
-    describes as (``what``, ``need``, ``left``), ``what`` not 0."""
+    describes as (``what``, ``need``), ``what`` not 0."""
     if what == SHORT_MEMORY:
         return _memory_reason(need)
     assert what == SHORT_COMPUTE, what
-    return compute_short_text(need, left)
+    return compute_short_text(need)
 
 
 def _gpu_reason(gpu: GpuRequest, node: Node, refusals: list[Refusal]) -> str:

@@ -257,16 +257,16 @@ def test_shares_fit_answers_as_refusal_share_by_share(mode: str, oversub: int, s
     assert len(set(reported[refused].tolist())) > 3  # several rules, several amounts
     # and what is short where the rule broken names no GPU (compute, memory): the numbers the
     # refusal reports, and so its node reason's text
-    what, need, left = rows_shortages(states, np.tile(memory, len(rows)), np.tile(compute, len(rows)))
+    what, need = rows_shortages(states, np.tile(memory, len(rows)), np.tile(compute, len(rows)))
     answered = [k for k in np.flatnonzero(refused).tolist() if what[k]]
     for k in answered:
         why = whys[k]
         assert why is not None
         if what[k] == SHORT_MEMORY:
-            assert (need[k], left[k]) == (why.need_mib, why.free_mib)
+            assert need[k] == why.need_mib
         else:
             assert what[k] == SHORT_COMPUTE and need[k] == grid[k % len(grid)][1] and why.need_mib is None
-        assert short_reason(int(what[k]), int(need[k]), int(left[k])) == refused_reason(why)
+        assert short_reason(int(what[k]), int(need[k])) == refused_reason(why)
     rules = rows_refused_rule(states, np.tile(memory, len(rows)), np.tile(compute, len(rows)))
     answerable = {MEMORY_SHORT} | ({COMPUTE_SHORT} if mode == "mps" else set()) | ({STRAY_SHORT} if stray else set())
     assert {int(rules[k]) for k in answered} == answerable  # every such rule met, and only those

@@ -21,13 +21,17 @@ def one_text(texts: set[str | None]) -> str | None:
     return text
 
 
-@given(need=st.integers(1, 10**6), left=lefts)
-def test_memory_and_compute_shortages_read_the_same_on_every_node(need: int, left: list[int]) -> None:
-    memory = {short_reason(SHORT_MEMORY, need, f) for f in left}
-    assert one_text(memory) == f"needs {need} MiB on one GPU, more than is free"
-    milli = need % 1000 + 1  # more than any node's free compute below
-    compute = one_text({short_reason(SHORT_COMPUTE, milli, f % milli) for f in left})
-    assert compute is not None and compute.endswith("compute on one GPU, more than is free")
+@given(used=st.lists(st.integers(200, 999), min_size=2, max_size=4, unique=True))
+def test_a_share_refused_on_gpus_of_different_free_compute_reads_the_same(used: list[int]) -> None:
+    asked = Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, memory_mib=1_000, compute_milli=900))
+    texts = set()
+    for milli in used:  # one MPS GPU with ``milli`` of its compute already given to a pod
+        state = make_state(mode="mps")
+        small = Demand(0, 0, GpuRequest(GpuKind.SHARE, 1, memory_mib=1_000, compute_milli=milli))
+        state = state.apply("a", fit(small, state).allocations[0])
+        texts.add(fit(asked, state).reason)
+    expected = "needs 90 percent compute on one GPU, more than is free"
+    assert one_text(texts) == short_reason(SHORT_COMPUTE, 900) == expected
 
 
 @given(taken=st.lists(st.integers(0, 70_000), min_size=2, max_size=4, unique=True))
@@ -41,7 +45,8 @@ def test_a_share_refused_on_gpus_of_different_free_memory_reads_the_same(taken: 
         state = state.apply("a", fit(small, state).allocations[0])
         assert not fit(asked, state)
         texts.add(fit(asked, state).reason)
-    assert one_text(texts) == "needs 79000 MiB on one GPU, more than is free"
+    expected = "needs 79000 MiB on one GPU, more than is free"
+    assert one_text(texts) == short_reason(SHORT_MEMORY, 79_000) == expected
 
 
 @given(count=st.integers(2, 8), used=st.lists(st.integers(0, 7), min_size=2, max_size=4, unique=True))
