@@ -210,7 +210,9 @@ def test_the_balance_leaves_mig_gpus_out() -> None:
     # GPU on an idle MPS GPU then makes a second class-0.25 hole: rise (2 x 1 + 1) = 3, 75 x 3 / 3
     # GPUs = 75 points off 50: 0. fgd-reserve counts no MIG GPU (what a MIG hole admits depends on
     # its slots, not its size): rise 1, 50 - 25 = 25. The MIG placement itself is left out of the
-    # balance: 50 (a 2g beside the 2g leaves 3 slices, still class 0.25 for fgd-cpu: no rise).
+    # balance, which must not prefer it either: it rises as much as the counted placement that
+    # rises most, the MPS one (1): 50 - 25 = 25, no better than MPS. (Left at a rise of 0, it
+    # scored 50 and drew shares onto MIG GPUs, into the slots and cores profiles need.)
     mig = make_state(name="mig", gpus=1, mode="mig", cpu_milli=32_000)
     found = fit(quarter(), mig)
     assert found
@@ -222,7 +224,87 @@ def test_the_balance_leaves_mig_gpus_out() -> None:
     plain.observe(quarter())  # type: ignore[attr-defined]
     reserve.observe(quarter())
     assert Board(states).scores(plain, quarter()).tolist() == [50.0, 0.0]
-    assert Board(states).scores(reserve, quarter()).tolist() == [50.0, 25.0]
+    assert Board(states).scores(reserve, quarter()).tolist() == [25.0, 25.0]
+
+
+def test_a_share_on_a_mig_node_rises_as_much_as_the_counted_placement_that_rises_most() -> None:
+    # Counted GPUs: mps-a's GPU 0 holds a quarter (level 75, class 0.25; the share sizes seen are
+    # 0.25 and 0.5, so a gap of 0.75 counts in class 0.5), mps-b two idle GPUs: counts N[0.5] = 1.
+    # A quarter GPU on mps-a fills that hole to 0.5 free: class 0.5 -> 0.5, no rise (0).
+    # On mps-b it opens an idle GPU (no class) into a 0.75 gap, class 0.5: rise 2 x 1 + 1 = 3,
+    # 75 x 3 / 5 GPUs = 45 points. On the MIG node (two idle GPUs: it opens one, F as on MPS) the
+    # rise is the largest of the counted ones, 3: 45 points too. fgd-cpu scores 50 everywhere
+    # (workload: a quarter; nothing stranded): mps-a 50, mps-b 5, mig 5.
+    mps_a = make_state(name="mps-a", gpus=1, mode="mps", cpu_milli=32_000)
+    found = fit(quarter(), mps_a)
+    assert found
+    mps_a = mps_a.apply("q", found.allocations[0])
+    states = [
+        make_state(name="mig", gpus=2, mode="mig", cpu_milli=32_000),
+        mps_a,
+        make_state(name="mps-b", gpus=2, mode="mps", cpu_milli=32_000),
+    ]
+    reserve = policy(workload=QUARTER, reserve_weight=0.0, stranding_weight=0.0)
+    reserve.observe(quarter())
+    reserve.observe(half())
+    assert Board(states).scores(reserve, quarter()).tolist() == [5.0, 50.0, 5.0]
+    # mps-c's GPU holds a half (gap 0.5, class 0.5: N[0.5] = 2 now, 6 GPUs): a quarter there
+    # moves it to class 0.25, rise (2 x 0 + 1) - (2 x 2 - 1) = -2, 50 + 75 x 2 / 6 = 75; mps-b
+    # rises 2 x 2 + 1 = 5, 50 - 62.5, kept at 0; the MIG node takes the largest rise, 5: 0.
+    mps_c = make_state(name="mps-c", gpus=1, mode="mps", cpu_milli=32_000)
+    found = fit(half(), mps_c)
+    assert found
+    mps_c = mps_c.apply("h", found.allocations[0])
+    fresh = policy(workload=QUARTER, reserve_weight=0.0, stranding_weight=0.0)  # (no GPU seen freed)
+    fresh.observe(quarter())
+    fresh.observe(half())
+    assert Board([*states, mps_c]).scores(fresh, quarter()).tolist() == [0.0, 50.0, 0.0, 75.0]
+    # A node the pod does not fit (too little CPU) may still carry a GPU's move (idle -> 0.75,
+    # class 0.5: rise 3); it is no placement, so it does not count: beside mps-c alone (0.5 ->
+    # 0.25: class 0.5 -> 0.25, rise (2 x 0 + 1) - (2 x 1 - 1) = 0) the MIG node rises by 0.
+    short = make_state(name="short", gpus=2, mode="mps", cpu_milli=500)
+    fresh = policy(workload=QUARTER, reserve_weight=0.0, stranding_weight=0.0)
+    fresh.observe(quarter())
+    fresh.observe(half())
+    assert Board([states[0], mps_c, short]).scores(fresh, quarter()).tolist() == [50.0, 50.0, -np.inf]
+    # with no counted placement that moves a class, the MIG placement rises by 0
+    alone = [states[0], states[1]]
+    assert Board(alone).scores(reserve, quarter()).tolist() == [50.0, 50.0]
+
+
+def cpu_only() -> Demand:
+    return Demand(8_000, 0, GpuRequest())
+
+
+def test_a_pod_without_gpus_leaves_mig_nodes_cpu_to_the_profiles_once_profiles_are_seen() -> None:
+    # A MIG node and an MPS node, both idle with 32 cores; the pod asks 8 cores and no GPU.
+    # fgd-cpu's score is 50 on both (no stranding, nothing fragmented by its CPU). Until a pod
+    # that only MIG GPUs can take (a profile) has been seen, nothing is priced; from then on the
+    # MIG node loses mig_cpu_price points (30): 20 against 50. A share (MIG or MPS) is not such
+    # a pod, and a cluster without MIG nodes prices nothing.
+    states = [
+        make_state(name="mig", gpus=1, mode="mig", cpu_milli=32_000),
+        make_state(name="mps", gpus=1, mode="mps", cpu_milli=32_000),
+    ]
+    reserve = policy(workload=QUARTER, stranding_weight=0.0)
+    reserve.observe(quarter())
+    board = Board(states)
+    assert board.scores(reserve, cpu_only()).tolist() == [50.0, 50.0]
+    reserve.observe(seven())
+    assert board.scores(reserve, cpu_only()).tolist() == [20.0, 50.0]
+    choice = board.best(reserve, cpu_only())
+    assert choice is not None and choice.node == "mps"
+    off = policy(workload=QUARTER, stranding_weight=0.0, mig_cpu_price=0.0)
+    off.observe(seven())
+    assert board.scores(off, cpu_only()).tolist() == [50.0, 50.0]
+    no_mig = Board([make_state(name="mps", gpus=1, mode="mps", cpu_milli=32_000)])
+    assert no_mig.scores(reserve, cpu_only()).tolist() == [50.0]
+
+
+def test_mig_cpu_price_outside_0_to_100_is_refused() -> None:
+    for bad in (-1.0, 101.0, float("nan")):
+        with pytest.raises(ValueError, match="mig_cpu_price must be in 0 <= x <= 100"):
+            FgdReserveOptions(mig_cpu_price=bad)
 
 
 def test_gpu_pods_seen_before_any_gpu_node_joins_are_classed_once_one_does() -> None:

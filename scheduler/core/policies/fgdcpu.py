@@ -275,7 +275,8 @@ class FgdCpu:
 
     def balance_view(self, cluster: Cluster) -> tuple[np.ndarray, np.ndarray | None]:
         """The GPUs the balance counts, as a gap histogram, and per scored node whether its
-        placement is left out of it (None: none is): here every GPU and every node."""
+        placement is left out of it (None: none is): here every GPU and every node. A placement
+        left out rises as much as the counted placement that rises most (see :meth:`adjust`)."""
         return cluster.gaps, None
 
     def adjust(self, demand: Demand, scores: np.ndarray, cluster: Cluster) -> np.ndarray:
@@ -285,7 +286,10 @@ class FgdCpu:
         each placement's (before, after) level of the GPU it shares, -1 for none. Moving one
         GPU from class a to class b changes sum(N[c]^2) by (2 N[b] + 1) - (2 N[a] - 1), 0 when
         a = b, counting only GPUs with a class (see :meth:`gap_classes`); the rise is read per
-        GPU of the cluster so the weight does not depend on its size.
+        GPU of the cluster so the weight does not depend on its size. A placement that
+        :meth:`balance_view` leaves out is given the largest rise of the counted placements
+        that move a class (0 when none does): the balance has no view of it, so it must not
+        prefer it either (a rise of 0 would beat nearly every counted placement).
         """
         if not self.balance_weight or demand.gpu.kind is not GpuKind.SHARE:
             return scores
@@ -300,8 +304,10 @@ class FgdCpu:
         counts = np.bincount(of_level[counted], weights=gaps[counted], minlength=GAP_LEVELS + 1)
         before, after = classes[moves[0]], classes[moves[1]]
         rise = np.where(after >= 0, 2 * counts[after] + 1, 0) - np.where(before >= 0, 2 * counts[before] - 1, 0)
-        still = before == after if skip is None else (before == after) | skip
-        rise = np.where(still, 0, rise)
+        rise = np.where(before == after, 0, rise)
+        if skip is not None:
+            counted_moves = (scores > -np.inf) & ~skip & (before != after)
+            rise = np.where(skip, rise[counted_moves].max() if counted_moves.any() else 0, rise)
         adjusted = np.clip(scores - self.balance_weight * rise / gpus, 0.0, 100.0)
         return np.where(scores > -np.inf, adjusted, -np.inf)
 

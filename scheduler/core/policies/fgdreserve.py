@@ -1,11 +1,11 @@
 """fgd-reserve: fgd-cpu, plus a price on the GPU groups that pinned pods will need, a stranding
-term that stands down when CPU, not GPU, will run out, and a balance that stands down when
-pods leave and leaves MIG GPUs out.
+term that stands down when CPU, not GPU, will run out, a balance that stands down when pods
+leave and leaves MIG GPUs out, and MIG nodes' CPU kept for the pods that need MIG GPUs.
 
 The node's own score is fgd-cpu's (:mod:`.fgdcpu`): the fall of C_n = F_n(M) + lambda * S_n,
 FGD's fragmentation against the typical workload M learned online plus the GPU the node
 strands for lack of CPU, and for a pod that shares one GPU the Sum-of-Squares balance of
-the cluster's holes. Four rules are added, all read from the cluster in ``adjust``.
+the cluster's holes. Five rules are added, all read from the cluster in ``adjust``.
 
 **Reservation.** A group is the GPUs of one model and sharing mode
 (:mod:`scheduler.core.groups`). A pod may use only the groups where it would fit an empty
@@ -45,7 +45,18 @@ share sizes their holes admit. A MIG GPU's hole admits what its free slots allow
 its size would suggest (three free slices of an H100 take a 3g.40gb only as slices 4-6),
 so fgd-reserve leaves MIG GPUs out of the counts and placements on MIG nodes out of the
 balance (:meth:`FgdReserve.balance_view`): fractions were otherwise drawn onto MIG GPUs to
-fill holes that only profiles could use.
+fill holes that only profiles could use. A placement left out is not preferred either: it
+rises as much as the counted placement that rises most (:meth:`.FgdCpu.adjust`). At a rise
+of 0 it beat nearly every counted placement (a share placed on a shared GPU almost always
+adds to some class), and the balance, blind to MIG GPUs, drew shares onto them.
+
+**MIG nodes' CPU.** Every MIG instance needs its pod's CPU on the same node, and profiles
+(pods that only MIG GPUs can take) often ask more CPU per GPU than a MIG node has: a node
+runs out of cores while slices stand free, and each core another pod takes there turns a
+profile away. A pod that asks no GPU may run on any node, so once a class that only MIG
+groups can take has been seen, it loses ``mig_cpu_price`` points (30: it goes to a MIG node
+only when elsewhere scores far worse, or when nothing else fits). Shares are not priced so:
+the reservation already prices them for the profiles' need of MIG GPUs.
 
 **CPU-bound stranding.** S_n counts GPU that the GPU pods of the mix could not use because
 the node's CPU runs out first; it pays to keep CPU beside free GPU only if the CPU is not
@@ -95,6 +106,7 @@ class FgdReserveOptions(FgdCpuOptions):
     reserve_start: float = 0.5  # pressure at which a group's price starts to rise (reaches 1 at 1)
     cpu_bound_low: float = 0.9  # kappa up to which stranding counts in full
     cpu_bound_high: float = 1.1  # kappa from which it does not count
+    mig_cpu_price: float = 30.0  # points a pod without GPUs loses on a MIG node once profiles are seen
     learn_settle: int = 256  # re-estimates of the workload: by 1.5x steps until this many pods,
     learn_late_growth: float = 4.0  # then by this factor
 
@@ -109,6 +121,8 @@ class FgdReserveOptions(FgdCpuOptions):
                 f"cpu_bound_low and cpu_bound_high must be 0 < low < high, got {self.cpu_bound_low}, "
                 f"{self.cpu_bound_high}"
             )
+        if not 0 <= self.mig_cpu_price <= 100:
+            raise ValueError(f"mig_cpu_price must be in 0 <= x <= 100, got {self.mig_cpu_price!r}")
         if self.learn_settle < 0 or not self.learn_late_growth > 1:
             raise ValueError("learn_settle must be >= 0 and learn_late_growth > 1")
 
@@ -219,19 +233,42 @@ class FgdReserve(FgdCpu):
         share = min(1.0, self._freed / held) if held > 0 else float(self._freed > 0)
         self.balance_weight = self.options.balance_weight * (1.0 - share)
 
+    def _mig(self, groups: Groups) -> np.ndarray:
+        """Per group: is it MIG (groups only ever join)."""
+        if len(self._mig_groups) != len(groups.keys):
+            self._mig_groups = np.array([mode is SharingMode.MIG for _, mode in groups.keys], dtype=bool)
+        return self._mig_groups
+
+    @staticmethod
+    def _on(groups: Groups, chosen: np.ndarray) -> np.ndarray:
+        """Per scored node: is it in one of the ``chosen`` groups."""
+        mine = groups.node_group
+        on: np.ndarray = (mine >= 0) & chosen[np.maximum(mine, 0)]
+        return on
+
     def balance_view(self, cluster: Cluster) -> tuple[np.ndarray, np.ndarray | None]:
         """The balance counts only GPUs whose holes take shares by size: not MIG GPUs, where
         what a hole admits depends on its slots (see the module: the balance and MIG)."""
         groups = cluster.groups
-        if len(self._mig_groups) != len(groups.keys):  # groups only ever join
-            self._mig_groups = np.array([mode is SharingMode.MIG for _, mode in groups.keys], dtype=bool)
-        mig = self._mig_groups
+        mig = self._mig(groups)
         if not mig.any():
             return cluster.gaps, None
-        mine = groups.node_group
-        on_mig = (mine >= 0) & mig[np.maximum(mine, 0)]
         gaps: np.ndarray = groups.gaps[~mig].sum(axis=0)
-        return gaps, on_mig
+        return gaps, self._on(groups, mig)
+
+    def _mig_cpu(self, scores: np.ndarray, groups: Groups) -> np.ndarray:
+        """A pod without GPUs loses ``mig_cpu_price`` points on MIG nodes once a class that
+        only MIG GPUs can take (MIG profiles) has been seen (see the module: MIG nodes' CPU)."""
+        mig = self._mig(groups)
+        if not mig.any() or not self.options.mig_cpu_price:
+            return scores
+        self._learn_classes(groups)
+        masks = self._masks
+        pinned = masks.any(axis=1) & ~(masks & ~mig).any(axis=1)
+        if not pinned.any():
+            return scores
+        on_mig = self._on(groups, mig)
+        return np.where(on_mig & (scores > -np.inf), squash(scores - self.options.mig_cpu_price), scores)
 
     def _pressure(self, allowed: np.ndarray, free: np.ndarray) -> np.ndarray | None:
         """rho_g as the pod of allowed groups ``allowed`` sees it: the pinned load of the classes
@@ -257,10 +294,12 @@ class FgdReserve(FgdCpu):
         out = super().adjust(demand, scores, cluster)
         if self._kappa_due:
             self._follow_cpu(cluster)
-        if demand.gpu.kind is GpuKind.NONE or not self.options.reserve_weight:
-            return out
         groups = cluster.groups
         if not len(groups.keys):  # no GPU node yet: the pods seen wait to be sorted into classes
+            return out
+        if demand.gpu.kind is GpuKind.NONE:
+            return self._mig_cpu(out, groups)
+        if not self.options.reserve_weight:
             return out
         self._learn_classes(groups)
         if not self._volumes.size:
