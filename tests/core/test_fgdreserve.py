@@ -227,6 +227,14 @@ def test_the_balance_leaves_mig_gpus_out() -> None:
     assert Board(states).scores(reserve, quarter()).tolist() == [25.0, 25.0]
 
 
+def balance_only() -> FgdReserve:
+    """fgd-reserve with only its balance (workload a quarter GPU), told of a quarter and a half GPU."""
+    made = policy(workload=QUARTER, reserve_weight=0.0, stranding_weight=0.0)
+    made.observe(quarter())
+    made.observe(half())
+    return made
+
+
 def test_a_share_on_a_mig_node_rises_as_much_as_the_counted_placement_that_rises_most() -> None:
     # Counted GPUs: mps-a's GPU 0 holds a quarter (level 75, class 0.25; the share sizes seen are
     # 0.25 and 0.5, so a gap of 0.75 counts in class 0.5), mps-b two idle GPUs: counts N[0.5] = 1.
@@ -244,9 +252,7 @@ def test_a_share_on_a_mig_node_rises_as_much_as_the_counted_placement_that_rises
         mps_a,
         make_state(name="mps-b", gpus=2, mode="mps", cpu_milli=32_000),
     ]
-    reserve = policy(workload=QUARTER, reserve_weight=0.0, stranding_weight=0.0)
-    reserve.observe(quarter())
-    reserve.observe(half())
+    reserve = balance_only()
     assert Board(states).scores(reserve, quarter()).tolist() == [5.0, 50.0, 5.0]
     # mps-c's GPU holds a half (gap 0.5, class 0.5: N[0.5] = 2 now, 6 GPUs): a quarter there
     # moves it to class 0.25, rise (2 x 0 + 1) - (2 x 2 - 1) = -2, 50 + 75 x 2 / 6 = 75; mps-b
@@ -255,17 +261,13 @@ def test_a_share_on_a_mig_node_rises_as_much_as_the_counted_placement_that_rises
     found = fit(half(), mps_c)
     assert found
     mps_c = mps_c.apply("h", found.allocations[0])
-    fresh = policy(workload=QUARTER, reserve_weight=0.0, stranding_weight=0.0)  # (no GPU seen freed)
-    fresh.observe(quarter())
-    fresh.observe(half())
+    fresh = balance_only()  # a new board: a policy that has seen no GPU freed
     assert Board([*states, mps_c]).scores(fresh, quarter()).tolist() == [0.0, 50.0, 0.0, 75.0]
     # A node the pod does not fit (too little CPU) may still carry a GPU's move (idle -> 0.75,
     # class 0.5: rise 3); it is no placement, so it does not count: beside mps-c alone (0.5 ->
     # 0.25: class 0.5 -> 0.25, rise (2 x 0 + 1) - (2 x 1 - 1) = 0) the MIG node rises by 0.
     short = make_state(name="short", gpus=2, mode="mps", cpu_milli=500)
-    fresh = policy(workload=QUARTER, reserve_weight=0.0, stranding_weight=0.0)
-    fresh.observe(quarter())
-    fresh.observe(half())
+    fresh = balance_only()
     assert Board([states[0], mps_c, short]).scores(fresh, quarter()).tolist() == [50.0, 50.0, -np.inf]
     # with no counted placement that moves a class, the MIG placement rises by 0
     alone = [states[0], states[1]]

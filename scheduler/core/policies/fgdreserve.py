@@ -264,7 +264,7 @@ class FgdReserve(FgdCpu):
             return scores
         self._learn_classes(groups)
         masks = self._masks
-        pinned = masks.any(axis=1) & ~(masks & ~mig).any(axis=1)
+        pinned = (masks <= mig[None, :]).all(axis=1) & masks.any(axis=1)  # every group it may use is MIG
         if not pinned.any():
             return scores
         on_mig = self._on(groups, mig)
