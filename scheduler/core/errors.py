@@ -4,6 +4,7 @@
     ├── RequestError        a pod's GPU request is malformed or contradictory
     ├── InventoryError      a node's GPU inventory is malformed
     ├── RecordError         an allocation record does not decode or conflicts with the node
+    ├── QuotaError          a GPUQuota object is malformed
     ├── ConfigError         configuration rejected at start-up (raised outside the core)
     └── UsageError          a command's option or input rejected before any work starts
 
@@ -41,6 +42,10 @@ class RecordError(GpusliceError, ValueError):
         self.pod = pod
         self.problem = problem
         super().__init__(f"pod {pod}: {problem}")
+
+
+class QuotaError(GpusliceError, ValueError):
+    """A GPUQuota object is malformed; the message names the quota, the field path and what is accepted."""
 
 
 class ConfigError(GpusliceError, ValueError):
