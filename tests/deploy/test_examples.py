@@ -34,7 +34,9 @@ from tests.deploy.manifests import MANIFESTS, documents, find
 from tests.deploy.reviews import patched, review
 
 EXAMPLES = MANIFESTS / "examples"
-WORKLOADS = sorted(p.name for p in EXAMPLES.glob("*.yaml") if p.name not in ("kustomization.yaml", "namespace.yaml"))
+WORKLOADS = sorted(
+    p.name for p in EXAMPLES.glob("*.yaml") if p.name not in ("kustomization.yaml", "namespace.yaml", "gpuquota.yaml")
+)
 POLICY = make_policy("binpack")
 
 
