@@ -20,13 +20,14 @@ from scheduler.core.pods import pod_key
 class Kind(StrEnum):
     NODE = "node"
     POD = "pod"
+    QUOTA = "gpuquota"  # a gpuslice.io GPUQuota; key ``namespace/name``
 
 
 @dataclass(frozen=True, slots=True)
 class Change:
     """One object added, modified (``obj`` set) or deleted (``obj`` None).
 
-    ``key`` is the node name, or ``namespace/name`` for a pod. ``obj`` is the object's
+    ``key`` is the node name, or ``namespace/name`` for a pod or a quota. ``obj`` is the object's
     ordinary camelCase JSON as a dict, as the API server serves it.
     """
 
@@ -59,6 +60,12 @@ class BindResult:
 # the pod being bound, or a reason why it no longer fits.
 Decide = Callable[[Sequence[tuple[str, str]]], Allocation | str]
 
+# Given the (pod key, allocation record JSON) of every other pod of the pod's namespace that
+# holds or is acquiring a share, as seen under the namespace's serialisation, and the
+# allocation ``Decide`` gave the pod, return why it would take the namespace over a GPU quota
+# (None: it may have it). Asked only for a namespace with a quota.
+Admit = Callable[[Sequence[tuple[str, str]], Allocation], str | None]
+
 
 class Backend(Protocol):
     # True when bind waits on the network (the API server): the HTTP layer then runs it in
@@ -83,8 +90,12 @@ class Backend(Protocol):
         Event on the Node (``kubectl describe node``) from the Kubernetes backend. Best
         effort: it never raises, and never makes the caller (the watch) wait."""
 
-    def bind(self, pod: PodRef, node: str, decide: Decide) -> BindResult:
+    def bind(self, pod: PodRef, node: str, decide: Decide, admit: Admit | None = None) -> BindResult:
         """Give ``pod`` a share on ``node`` and bind it there, or fail cleanly.
+
+        With ``admit`` (the pod's namespace has a GPU quota), the allocation is also asked of
+        ``admit`` under a serialisation of the namespace that holds across replicas, before the
+        pod is bound: of two binds in one namespace at once, the second sees the first.
 
         Under a per-node serialisation that holds across replicas: call ``decide`` with
         the node's current records, persist its allocation, write the pod's annotations

@@ -13,7 +13,7 @@ import importlib.resources
 import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,10 +21,12 @@ from typing import Any
 import yaml
 
 from scheduler import logs
-from scheduler.backend import BindResult, Change, Decide, Kind, PodRef
+from scheduler.backend import Admit, BindResult, Change, Decide, Kind, PodRef
 from scheduler.core.allocation import Allocation, decode_record, record_annotations
-from scheduler.core.errors import GpusliceError, RecordError
+from scheduler.core.errors import GpusliceError, QuotaError, RecordError
 from scheduler.core.pods import BOUND, holding_record, node_of, record_of
+from scheduler.core.quota import KIND as QUOTA_KIND
+from scheduler.core.quota import parse_quota
 from scheduler.core.request import DEFAULT_PREFIX
 
 log = logs.get("filebackend")
@@ -125,9 +127,28 @@ def parse_list(path: Path, body: Mapping[str, Any]) -> tuple[dict[str, dict[str,
             if key in pods:
                 raise ClusterFileError(f"{where}: a second Pod named {key!r}")
             pods[key] = item
-        else:
+        elif item_kind != QUOTA_KIND:  # quotas: parse_quotas
             log.warning("cluster file item skipped", extra={"file": str(path), "item": i, "kind": item_kind})
     return nodes, pods
+
+
+def parse_quotas(path: Path, body: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The ``GPUQuota`` objects of a v1 List, by namespace/name; ClusterFileError naming a malformed
+    one by its field path (the API server's schema refuses the same)."""
+    quotas: dict[str, dict[str, Any]] = {}
+    items = body.get("items")
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        if not isinstance(item, dict) or item.get("kind") != QUOTA_KIND:
+            continue
+        try:
+            quota = parse_quota(item)
+        except QuotaError as exc:
+            raise ClusterFileError(f"{path}: items[{i}]: {exc}") from exc
+        key = f"{quota.namespace}/{quota.name}"
+        if key in quotas:
+            raise ClusterFileError(f"{path}: items[{i}]: a second GPUQuota named {key!r}")
+        quotas[key] = item
+    return quotas
 
 
 class FileBackend:
@@ -137,7 +158,9 @@ class FileBackend:
         self.path = Path(path)
         self.prefix = prefix
         self._clock = clock
-        self._nodes, self._pods = parse_list(self.path, read_list(self.path))
+        body = read_list(self.path)
+        self._nodes, self._pods = parse_list(self.path, body)
+        self._quotas = parse_quotas(self.path, body)
         self._on_node: dict[str, set[str]] = {}  # node -> keys of the pods bound to it
         for key, pod in self._pods.items():
             self._on_node.setdefault(node_of(pod), set()).add(key)
@@ -154,6 +177,9 @@ class FileBackend:
             self._on_change = on_change
             nodes = list(self._nodes.items())
             pods = list(self._pods.items())
+            quotas = list(self._quotas.items())
+        for key, obj in quotas:
+            on_change(Change(Kind.QUOTA, key, obj))
         for name, obj in nodes:
             on_change(Change(Kind.NODE, name, obj))
         for key, obj in pods:
@@ -173,9 +199,12 @@ class FileBackend:
         with self._lock:
             self.events.append((node, reason, message))
 
-    def bind(self, pod: PodRef, node: str, decide: Decide) -> BindResult:
-        # Pod lock first, then node lock: the only order anything here takes them in.
-        with self._serialised("pod:" + pod.key), self._serialised("node:" + node):
+    def bind(self, pod: PodRef, node: str, decide: Decide, admit: Admit | None = None) -> BindResult:
+        # Pod lock first, then node lock, then namespace lock: the only order anything here takes them in.
+        namespace: AbstractContextManager[None] = (
+            self._serialised("namespace:" + pod.namespace) if admit is not None else nullcontext()
+        )
+        with self._serialised("pod:" + pod.key), self._serialised("node:" + node), namespace:
             with self._lock:
                 obj = self._pods.get(pod.key)
                 known = node in self._nodes
@@ -201,6 +230,13 @@ class FileBackend:
                 return BindResult(error=decision)
             if decision.node != node:
                 return BindResult(error=f"allocation is for node {decision.node}, not {node}")
+            if admit is not None:
+                with self._lock:
+                    mine = [(k, p) for k, p in self._pods.items() if k != pod.key and k.startswith(pod.namespace + "/")]
+                held = [(k, text) for k, p in mine if (text := holding_record(p, self.prefix)) is not None]
+                refused = admit(held, decision)
+                if refused is not None:
+                    return BindResult(error=refused)
             # A new object along the path that changes; the rest is shared: stored objects are
             # never changed in place (a deep copy of the pod cost a fifth of the bind).
             meta = dict(obj.get("metadata") or {})
@@ -233,6 +269,20 @@ class FileBackend:
     def delete_node(self, name: str) -> None:
         self._emit(Kind.NODE, name, None)
 
+    def put_quota(self, obj: Mapping[str, Any]) -> str:
+        """Add or replace a GPUQuota, as if applied through the API server; its key."""
+        quotas = parse_quotas(self.path, {"items": [dict(obj, kind=QUOTA_KIND)]})
+        ((key, item),) = quotas.items()
+        self._emit(Kind.QUOTA, key, item)
+        return key
+
+    def delete_quota(self, key: str) -> None:
+        self._emit(Kind.QUOTA, key, None)
+
+    def quotas(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return dict(self._quotas)
+
     def pods(self) -> dict[str, dict[str, Any]]:
         with self._lock:
             return dict(self._pods)
@@ -246,13 +296,14 @@ class FileBackend:
         with self._lock:
             items = [dict(n, kind="Node") for n in self._nodes.values()]
             items += [dict(p, kind="Pod") for p in self._pods.values()]
+            items += [dict(q, kind=QUOTA_KIND) for q in self._quotas.values()]
         return {"apiVersion": "v1", "kind": "List", "items": items}
 
     # ------------------------------------------------------------ helpers
 
     def _emit(self, kind: Kind, key: str, obj: dict[str, Any] | None) -> None:
         with self._lock:
-            store = self._nodes if kind is Kind.NODE else self._pods
+            store = self._nodes if kind is Kind.NODE else self._pods if kind is Kind.POD else self._quotas
             if kind is Kind.POD:
                 old = self._pods.get(key)
                 if old is not None:

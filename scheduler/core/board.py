@@ -1047,6 +1047,19 @@ class Board:
             reason[known[~lost]] = self._reasons_now(demand, at[~lost], table)
         return Outcomes(status, reason, scores, self._texts)
 
+    def refused(self, outcomes: Outcomes, refusals: Sequence[tuple[int, str]]) -> Outcomes:
+        """``outcomes`` with each listed node ``i`` of ``refusals`` unschedulable for its text
+        (a rule outside the board's, such as a namespace's GPU quota)."""
+        texts = outcomes.texts
+        status, reason, scores = outcomes.status.copy(), outcomes.reason.copy(), outcomes.scores.copy()
+        for i, text in refusals:
+            status[i], reason[i], scores[i] = Status.UNSCHEDULABLE, self._text(text), -np.inf
+        if texts is not self._texts:  # the table of reasons started afresh meanwhile: ids anew
+            reason = np.array([self._text(texts[r]) for r in outcomes.reason.tolist()], dtype=np.int32)
+            for i, text in refusals:
+                reason[i] = self._text(text)
+        return Outcomes(status, reason, scores, self._texts)
+
     def _reasons_now(self, demand: Demand, positions: np.ndarray, scored: _ScoreTable) -> np.ndarray:
         """Why ``demand`` does not fit now on ``positions``, nodes it could fit empty (text ids)."""
         table = self._kept(self._reasons, (demand.cpu_milli, demand.memory_mib, demand.gpu), _ReasonTable)

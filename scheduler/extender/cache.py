@@ -9,6 +9,11 @@ a pod prioritize has just ranked on a node (held: until its bind arrives or the 
 expires, so that the pods filtered meanwhile are not steered to the same share).
 Every pod counts at most once, so a bind applied here and later seen through the watch is
 not counted twice. One lock guards everything here.
+
+GPU quotas (``GPUQuota`` objects): the quotas by namespace, and for each namespace that has
+one, what each of its pods holds (by the same records and claims that count on the nodes, so
+a hold or a bind in flight counts against its namespace at once). Namespaces without a quota
+cost nothing here.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from scheduler import logs
 from scheduler.backend import Change, Kind
 from scheduler.core.allocation import Allocation, decode_record, encode_record
 from scheduler.core.board import Board
-from scheduler.core.errors import InventoryError, RecordError
+from scheduler.core.errors import InventoryError, QuotaError, RecordError
 from scheduler.core.inventory import Node
 from scheduler.core.k8s import parse_node
 from scheduler.core.pods import has_ended, holding_record, node_of, uid_of
+from scheduler.core.quota import NOTHING, Charge, Quota, charge, namespace_of, parse_quota
 from scheduler.core.state import NodeState, rebuild
 
 log = logs.get("cache")
@@ -126,6 +132,10 @@ class ClusterCache:
         # Records decoded lately, by their text: a bind's record is read by its claim, its
         # counting, the watch event that confirms it and the next bind on its node.
         self._decoded: OrderedDict[str, Allocation] = OrderedDict()
+        self.quotas: dict[str, Quota] = {}  # namespace/name -> quota
+        self.quota_problems: dict[str, str] = {}  # namespace/name -> why the quota is not read
+        self._by_namespace: dict[str, tuple[Quota, ...]] = {}
+        self._charges: dict[str, dict[str, Charge]] = {}  # namespace with a quota -> pod key -> held
 
     # ------------------------------------------------------------ events
 
@@ -133,8 +143,10 @@ class ClusterCache:
         with self.lock:
             if change.kind is Kind.NODE:
                 self._node_changed(change.key, change.obj)
-            else:
+            elif change.kind is Kind.POD:
                 self._pod_changed(change.key, change.obj)
+            else:
+                self._quota_changed(change.key, change.obj)
 
     def _node_changed(self, name: str, obj: Mapping[str, Any] | None) -> None:
         view = self.nodes.get(name)
@@ -267,6 +279,8 @@ class ClusterCache:
             return False
 
     def _count(self, key: str, want: tuple[str, str] | None) -> None:
+        if self._by_namespace:
+            self._charge(key, want)
         have = self._counted.get(key)
         if have == want:
             return
@@ -317,6 +331,9 @@ class ClusterCache:
 
     def _rebuild(self, name: str, view: NodeView) -> None:
         assert view.node is not None
+        if self._by_namespace:  # a node read anew: its GPUs' models may have changed
+            for key in view.records:
+                self._charge(key, self._counted.get(key))
         state, problems = rebuild(view.node, view.records.items())
         errors = {p.pod: p for p in problems}
         for pod, problem in errors.items():
@@ -324,6 +341,73 @@ class ClusterCache:
                 log.warning("allocation record rejected", extra={"node": name, "pod": pod, "reason": problem.problem})
         view.errors = errors
         self.board.put(state)
+
+    # ------------------------------------------------------------ quotas
+
+    def _quota_changed(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        self.quotas.pop(key, None)
+        self.quota_problems.pop(key, None)
+        if obj is not None:
+            try:
+                self.quotas[key] = parse_quota(obj)
+            except QuotaError as exc:
+                # the CRD's schema keeps these out; a quota gpuslice cannot read limits nothing
+                log.warning("quota unreadable", extra={"quota": key, "reason": str(exc)})
+                self.quota_problems[key] = str(exc)
+        namespace = namespace_of(key)
+        had = namespace in self._by_namespace
+        mine = tuple(q for k, q in sorted(self.quotas.items()) if namespace_of(k) == namespace)
+        if mine:
+            self._by_namespace[namespace] = mine
+        else:
+            self._by_namespace.pop(namespace, None)
+            self._charges.pop(namespace, None)
+        if mine and not had:  # what the namespace's pods hold, counted from now on
+            for pod, want in list(self._counted.items()):
+                if namespace_of(pod) == namespace:
+                    self._charge(pod, want)
+
+    def _charge(self, key: str, want: tuple[str, str] | None) -> None:
+        """Count what ``key`` holds (``want``: its node and record) against its namespace's quotas."""
+        namespace = namespace_of(key)
+        if namespace not in self._by_namespace:
+            return
+        pods = self._charges.setdefault(namespace, {})
+        if want is None:
+            pods.pop(key, None)
+            return
+        try:
+            alloc = self.decode(want[1], key)
+        except RecordError:
+            pods.pop(key, None)  # a record nobody can read holds nothing anywhere
+            return
+        view = self.nodes.get(want[0])
+        pods[key] = charge(alloc, view.node if view is not None else None)
+
+    def quotas_of(self, namespace: str) -> tuple[Quota, ...]:
+        """The namespace's quotas (none: it is not limited)."""
+        return self._by_namespace.get(namespace, ())
+
+    def namespace_charges(self, namespace: str) -> dict[str, Charge]:
+        """What each pod of a namespace with a quota holds, by pod key."""
+        self.expire()
+        return dict(self._charges.get(namespace, {}))
+
+    def namespace_use(self, namespace: str, without: str = "") -> Charge:
+        """What the pods of a namespace with a quota hold (records, binds in flight, holds),
+        leaving out the pod ``without``."""
+        self.expire()
+        total = NOTHING
+        for key, held in self._charges.get(namespace, {}).items():
+            if key != without:
+                total += held
+        return total
+
+    def quota_use(self) -> list[tuple[Quota, Charge]]:
+        """Every quota gpuslice reads, with what its namespace holds (for metrics, status, inspect)."""
+        with self.lock:
+            self.expire()
+            return [(q, self.namespace_use(q.namespace)) for _, q in sorted(self.quotas.items())]
 
     # ------------------------------------------------------------ queries (callers hold the lock)
 

@@ -10,6 +10,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from scheduler.core.quota import Amount, Charge, Limits, Quota, over_quota
+
 from .debug import DeviceRow
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -27,6 +29,7 @@ class Metrics:
         self,
         devices: Callable[[], Iterable[tuple[str, DeviceRow]]] | None = None,
         invalid: Callable[[], Mapping[str, str]] | None = None,
+        quotas: Callable[[], Iterable[tuple[Quota, Charge]]] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.latency = Histogram(
@@ -43,7 +46,15 @@ class Metrics:
         self.bad_requests = Counter(
             "gpuslice_bad_requests", "Calls answered with an error, by verb.", ["verb"], registry=self.registry
         )
+        self.quota_refusals = Counter(
+            "gpuslice_quota_refusals",
+            "Filter calls in which a namespace's GPUQuota held its pod back on some node, by namespace.",
+            ["namespace"],
+            registry=self.registry,
+        )
         self._classes: dict[str, str] = {}
+        if quotas is not None:
+            self.registry.register(_Quotas(quotas))
         if devices is not None:
             self.registry.register(_DeviceCollector(devices))
         if invalid is not None:
@@ -128,3 +139,41 @@ class _InvalidNodes(Collector):
         for node in sorted(self._invalid()):
             gauge.add_metric([node], 1.0)
         yield gauge
+
+
+class _Quotas(Collector):
+    """Per GPUQuota and measure (``gpu_memory_mib``, ``gpu_compute_milli``, ``gpus``), what it
+    allows and what its namespace holds, in all (``model=""``) and per GPU model it limits;
+    and ``gpuslice_quota_over`` = 1 for a quota its namespace holds more than (lowered)."""
+
+    def __init__(self, quotas: Callable[[], Iterable[tuple[Quota, Charge]]]) -> None:
+        self._quotas = quotas
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["namespace", "quota", "model", "resource"]
+        limit = GaugeMetricFamily("gpuslice_quota_limit", "What a GPUQuota allows, per measure.", labels=labels)
+        used = GaugeMetricFamily(
+            "gpuslice_quota_used", "What a GPUQuota's namespace holds, per measure.", labels=labels
+        )
+        over = GaugeMetricFamily(
+            "gpuslice_quota_over",
+            "1 for a GPUQuota its namespace holds more than (it was lowered: running pods keep running).",
+            labels=["namespace", "quota"],
+        )
+        for quota, held in self._quotas():
+            scopes: list[tuple[str, Limits, Amount]] = [("", quota.limits, held.total)]
+            scopes += [(m, lim, held.model(m)) for m, lim in quota.models]
+            for model, limits, amount in scopes:
+                for resource, allowed, value in (
+                    ("gpu_memory_mib", limits.memory_mib, amount.memory_mib),
+                    ("gpu_compute_milli", limits.compute_milli, amount.compute_milli),
+                    ("gpus", limits.gpus, amount.gpus),
+                ):
+                    names = [quota.namespace, quota.name, model, resource]
+                    used.add_metric(names, value)
+                    if allowed is not None:
+                        limit.add_metric(names, allowed)
+            over.add_metric([quota.namespace, quota.name], 1.0 if over_quota(quota, held) else 0.0)
+        yield limit
+        yield used
+        yield over

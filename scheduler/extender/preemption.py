@@ -23,6 +23,13 @@ pod on that node and fails the call otherwise):
   cause them; the answer keeps its count, at most the number of victims answered (as if every
   violating victim were among those kept: never fewer than there may be).
 
+GPU quotas. For a pod whose namespace has a GPUQuota, what it would hold counts against what
+the namespace holds (:mod:`scheduler.core.quota`); evicting another namespace's pod frees none
+of it. Where the quota holds the pod back, only victims of its own namespace are considered,
+and a node is kept only where evicting them makes room on the node and within the quota
+(the fewest that make room, then more of the namespace's own proposed victims, least important
+first, until the quota admits the pod); a node where no such set exists is dropped.
+
 The work per call is bounded: ``budget`` fit questions shared by the nodes (each gets at least
 :data:`MIN_PER_NODE`); past a node's share its answer is still minimal under inclusion.
 """
@@ -37,7 +44,8 @@ from scheduler.core.allocation import Allocation
 from scheduler.core.errors import RecordError, RequestError
 from scheduler.core.fit import fit
 from scheduler.core.pods import has_ended, priority_of
-from scheduler.core.preempt import Candidate, choose_victims
+from scheduler.core.preempt import Candidate, Preemption, choose_victims
+from scheduler.core.quota import NOTHING, Charge, Quota, charge, least_charge, namespace_of, refusal
 from scheduler.core.request import Demand, parse_pod
 from scheduler.core.state import NodeState
 
@@ -56,6 +64,15 @@ class Verdict:
     uids: tuple[str, ...]
     pdb_violations: int
     why: str
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaView:
+    """The pod's namespace, its quotas, and what the namespace holds without the pod."""
+
+    namespace: str
+    quotas: tuple[Quota, ...]
+    used: Charge
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,17 +129,25 @@ def decide(
     cache: ClusterCache,
     prefix: str,
     budget: int = BUDGET,
+    quota: QuotaView | None = None,
 ) -> dict[str, Verdict]:
     """Per proposed node, the victims to answer (see the module)."""
     gathered = _gather(cache, proposal)
     limit = max(MIN_PER_NODE, budget // max(1, len(proposal)))
-    return {name: _decide_node(demand, victims, gathered[name], prefix, limit) for name, victims in proposal.items()}
+    return {
+        name: _decide_node(demand, victims, gathered[name], prefix, limit, quota) for name, victims in proposal.items()
+    }
 
 
-def _decide_node(demand: Demand, victims: NodeVictims, node: _Node, prefix: str, limit: int) -> Verdict:
+def _decide_node(
+    demand: Demand, victims: NodeVictims, node: _Node, prefix: str, limit: int, quota: QuotaView | None = None
+) -> Verdict:
     state = node.state
     if state is None:
         return Verdict((), 0, f"dropped: {node.problem or 'node unknown to gpuslice'}")
+    blocked = None
+    if quota is not None:
+        blocked = refusal(quota.quotas, quota.used, least_charge(demand.gpu, state.node) or NOTHING)
     kept: list[str] = []  # UIDs kept whatever gpuslice decides
     candidates: list[Candidate] = []
     by_key: dict[str, str] = {}
@@ -131,9 +156,17 @@ def _decide_node(demand: Demand, victims: NodeVictims, node: _Node, prefix: str,
         if key is None or state.allocation_of(key) is None:
             kept.append(uid)
             continue
+        if blocked is not None and quota is not None and namespace_of(key) != quota.namespace:
+            continue  # held back by its own quota: another namespace's share frees none of it
         candidates.append(Candidate(key, given if given is not None else node.priorities.get(key, 0)))
         by_key[key] = uid
+    if blocked is not None and not candidates:
+        return Verdict((), 0, f"dropped: no proposed victim of the pod's namespace to free its quota; {blocked}")
     complete = _host_complete(state, node.others, prefix)
+    if complete is None and quota is not None:
+        return Verdict(
+            (), 0, "dropped: a pod's requests on the node cannot be read, and the pod's namespace has a quota"
+        )
     if complete is None:
         for candidate in candidates:
             state = state.release(candidate.key)
@@ -147,11 +180,49 @@ def _decide_node(demand: Demand, victims: NodeVictims, node: _Node, prefix: str,
     choice = choose_victims(demand, complete, candidates, limit)
     if isinstance(choice, str):
         return Verdict((), 0, f"dropped: {choice}")
+    if quota is not None:
+        within = _within_quota(demand, complete, candidates, choice, quota)
+        if isinstance(within, str):
+            return Verdict((), 0, f"dropped: {within}")
+        choice = within
     if not choice.victims and not kept:
         return _verdict(victims, set(victims.uids), "whole proposal: the pod fits without evicting a pod with a share")
     chosen = set(kept) | {by_key[k] for k in choice.victims}
     how = "the fewest" if choice.fewest else "minimal (search bounded)"
     return _verdict(victims, chosen, f"{len(choice.victims)} of {len(candidates)} victims with shares ({how})")
+
+
+def _within_quota(
+    demand: Demand, state: NodeState, candidates: Sequence[Candidate], choice: Preemption, quota: QuotaView
+) -> Preemption | str:
+    """``choice``, or it with more of the namespace's own candidates (least important first),
+    such that the pod's allocation once they are gone stays within its namespace's quotas; or
+    why none does. Victims of other namespaces free nothing of the quota."""
+    node = state.node
+    victims = list(choice.victims)
+    allocation = choice.allocation
+    spare = sorted(
+        (c for c in candidates if c.key not in victims and namespace_of(c.key) == quota.namespace),
+        key=lambda c: (c.priority, c.key),
+    )
+    while True:
+        freed = sum(
+            (charge(a, node) for k in victims if namespace_of(k) == quota.namespace and (a := state.allocation_of(k))),
+            NOTHING,
+        )
+        over = refusal(quota.quotas, quota.used - freed, charge(allocation, node))
+        if over is None:
+            return Preemption(tuple(victims), allocation, choice.evicted_milli, False, choice.asked)
+        if not spare:
+            return f"evicting the namespace's own proposed victims frees too little of its quota; {over}"
+        victims.append(spare.pop(0).key)
+        after = state
+        for k in victims:
+            after = after.release(k)
+        found = fit(demand, after)
+        if not found:  # cannot happen: releasing more never takes a share away
+            return f"no share once {len(victims)} victims are gone: {found.reason}"
+        allocation = found.allocations[0]
 
 
 def _verdict(victims: NodeVictims, chosen: set[str], why: str) -> Verdict:

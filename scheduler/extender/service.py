@@ -21,10 +21,11 @@ import numpy as np
 from scheduler import logs
 from scheduler.backend import Backend, PodRef
 from scheduler.core.allocation import Allocation
-from scheduler.core.board import Status
+from scheduler.core.board import Outcomes, Status
 from scheduler.core.errors import RecordError, RequestError
 from scheduler.core.pods import key_of, pod_key
 from scheduler.core.policies import REGISTRY, Policy, tell
+from scheduler.core.quota import NOTHING, charge, least_charge, refusal
 from scheduler.core.request import GpuKind, PodRequest, parse_pod
 from scheduler.core.select import evaluate
 from scheduler.core.state import rebuild
@@ -60,7 +61,7 @@ class Extender:
         self._parsed: OrderedDict[tuple[str, str], PodRequest | RequestError] = OrderedDict()
         self._recent: OrderedDict[str, PodRequest] = OrderedDict()  # uid -> request seen in filter
         self._seen: OrderedDict[str, None] = OrderedDict()  # pods the policies were told of
-        self.metrics = Metrics(self._device_rows, self.cache.unusable)
+        self.metrics = Metrics(self._device_rows, self.cache.unusable, self.cache.quota_use)
         self.answers = Answers()
         self.names = NameLists()  # NodeNames arrays met lately, for parse_args and the answers
         self.synced = False  # the first full sync is in (the verbs answer "not ready" before)
@@ -153,6 +154,8 @@ class Extender:
             board = cache.board
             listing = answers.listing(args.names, board, "filter")
             outcomes = board.filter(policy, demand, listing.positions)
+            if cache.quotas_of(request.namespace):
+                outcomes = self._within_quota(request, outcomes, listing.names)
             fits = outcomes.fits()
             survivors = listing.survivors(fits, answers.entries(board))
             answers.expect("prioritize", survivors)
@@ -186,6 +189,28 @@ class Extender:
             unresolvable_json=unresolvable_json,
             names_json=self._names_json(args, survivors),
         )
+
+    def _within_quota(self, request: PodRequest, outcomes: Outcomes, names: Sequence[str]) -> Outcomes:
+        """``outcomes`` with the nodes where the pod fits but would take its namespace over a
+        GPUQuota unschedulable, for the quota's reason (the same text on every node). Asked
+        with the least the pod would hold on each node, so no node is refused for a quota the
+        pod could stay within there; bind charges the exact allocation. Caller holds the lock."""
+        cache = self.cache
+        quotas = cache.quotas_of(request.namespace)
+        used = cache.namespace_use(request.namespace, without=request.key)
+        gpu = request.demand.gpu
+        refusals = []
+        for i in np.flatnonzero(outcomes.fits()).tolist():
+            view = cache.nodes.get(names[i])
+            if view is None or view.node is None:
+                continue
+            text = refusal(quotas, used, least_charge(gpu, view.node) or NOTHING)
+            if text is not None:
+                refusals.append((i, text))
+        if not refusals:
+            return outcomes
+        self.metrics.quota_refusals.labels(request.namespace).inc()
+        return cache.board.refused(outcomes, refusals)
 
     def _names_json(self, args: wire.ExtenderArgs, passed: Listing) -> bytes | None:
         """The passed names encoded, remembered so that prioritize's copy of them is not decoded again."""
@@ -307,12 +332,44 @@ class Extender:
                 if isinstance(found, str):
                     return found
                 placed = found.allocation
-            cache.reserve(key, uid, placed)
+            with cache.lock:  # asked and counted at once: a bind of the namespace in another thread waits
+                if cache.quotas_of(args.namespace):
+                    refused = refusal(
+                        cache.quotas_of(args.namespace),
+                        cache.namespace_use(args.namespace, without=key),
+                        charge(placed, node),
+                    )
+                    if refused is not None:
+                        return refused
+                cache.reserve(key, uid, placed)
             decided.append(placed)
             return placed
 
+        def admit(records: Sequence[tuple[str, str]], placed: Allocation) -> str | None:
+            # What the namespace holds as the backend sees it under the namespace's serialisation
+            # (across replicas), besides what this process counts for its pods now.
+            with cache.lock:
+                quotas = cache.quotas_of(args.namespace)
+                view = cache.nodes.get(placed.node)
+                held = dict(cache.namespace_charges(args.namespace))
+                for k, text in records:
+                    if k == key or k in held:
+                        continue
+                    with contextlib.suppress(RecordError):
+                        alloc = cache.decode(text, k)
+                        there = cache.nodes.get(alloc.node)
+                        held[k] = charge(alloc, there.node if there is not None else None)
+                held.pop(key, None)
+                used = sum(held.values(), NOTHING)
+                return refusal(quotas, used, charge(placed, view.node if view is not None else None))
+
         try:
-            result = self.backend.bind(PodRef(args.namespace, args.name, uid), args.node, decide)
+            result = self.backend.bind(
+                PodRef(args.namespace, args.name, uid),
+                args.node,
+                decide,
+                admit if cache.quotas_of(args.namespace) else None,
+            )
         except Exception as exc:  # a backend bug must requeue the pod, not crash the call
             log.exception("bind failed in the backend", extra={"pod": key, "node": args.node})
             if decided:
@@ -373,7 +430,13 @@ class Extender:
             return wire.preemption_result({})
         if request.demand.gpu.kind is GpuKind.NONE:
             return wire.preemption_result({n: (v.uids, v.pdb_violations) for n, v in args.victims.items() if v.uids})
-        verdicts = preemption.decide(request.demand, args.victims, self.cache, self.config.prefix)
+        quota = None
+        with self.cache.lock:
+            quotas = self.cache.quotas_of(request.namespace)
+            if quotas:
+                used = self.cache.namespace_use(request.namespace, without=request.key)
+                quota = preemption.QuotaView(request.namespace, quotas, used)
+        verdicts = preemption.decide(request.demand, args.victims, self.cache, self.config.prefix, quota=quota)
         kept = {node: (v.uids, v.pdb_violations) for node, v in verdicts.items() if v.uids}
         log.info(
             "preempt",

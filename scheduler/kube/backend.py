@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from scheduler.backend import BindResult, Change, Decide, Kind, PodRef
+from scheduler.backend import Admit, BindResult, Change, Decide, Kind, PodRef
 
 from .api import KubeApi
 from .binder import Binder, Sweep
@@ -168,8 +168,8 @@ class KubeBackend:
             thread.join(timeout=self.options.request_timeout_s + 1)
         self.api.close()
 
-    def bind(self, pod: PodRef, node: str, decide: Decide) -> BindResult:
-        return self._binder.bind(pod, node, decide)
+    def bind(self, pod: PodRef, node: str, decide: Decide, admit: Admit | None = None) -> BindResult:
+        return self._binder.bind(pod, node, decide, admit)
 
     def node_event(self, node: str, reason: str, message: str) -> None:
         """A Warning Event on the Node, created from a thread of its own: the caller is the

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from scheduler.backend import BindResult, Decide, PodRef
+from scheduler.backend import Admit, BindResult, Decide, PodRef
 from scheduler.core.allocation import Allocation, decode_record, encode_record, record_annotations, record_header
 from scheduler.core.errors import GpusliceError
 from scheduler.core.pods import ALLOCATING, BOUND, has_ended, holding_record, key_of, node_of
@@ -57,6 +57,7 @@ from .clock import Clock, parse_rfc3339, rfc3339
 from .errors import ApiStatusError, ApiUnavailableError, ConflictError, KubeError, NotFoundError
 from .ledger import MANAGED_BY, Entry, Ledger, LedgerStore, decode_entries
 from .options import KubeOptions
+from .quotaledger import QuotaLedgers
 
 log = logging.getLogger("gpuslice.kube.bind")
 
@@ -91,6 +92,7 @@ class Binder:
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._sleeper = threading.Event()  # never set: a wait on it is a sleep
+        self._quotas = QuotaLedgers(api, options, clock, self._pause)
 
     def _node_lock(self, node: str) -> threading.Lock:
         with self._locks_guard:
@@ -102,10 +104,10 @@ class Binder:
 
     # ------------------------------------------------------------ the bind
 
-    def bind(self, pod: PodRef, node: str, decide: Decide) -> BindResult:
+    def bind(self, pod: PodRef, node: str, decide: Decide, admit: Admit | None = None) -> BindResult:
         where = {"pod": pod.key, "node": node}
         try:
-            result = self._bind(pod, node, decide)
+            result = self._bind(pod, node, decide, admit)
         except KubeError as exc:
             result = BindResult(error=f"bind {pod.key} to {node}: {exc}")
         if result.error:
@@ -114,7 +116,7 @@ class Binder:
             log.info("bound %s to %s", pod.key, node, extra=where)
         return result
 
-    def _bind(self, pod: PodRef, node: str, decide: Decide) -> BindResult:
+    def _bind(self, pod: PodRef, node: str, decide: Decide, admit: Admit | None = None) -> BindResult:
         live = self._current_pod(pod)
         if isinstance(live, str):
             return BindResult(error=live)
@@ -128,6 +130,10 @@ class Binder:
         reserved = self._reserve(pod, node, decide, stamp)
         if isinstance(reserved, str):
             return BindResult(error=reserved)
+        if admit is not None:  # a namespace with a GPU quota: its own compare-and-set (quotaledger)
+            refused = self._quotas.admit(pod, reserved, stamp, admit)
+            if refused is not None:
+                return BindResult(error=f"{refused}; {self._undo(pod, node, None)}")
         annotations = record_annotations(reserved, self._options.prefix, ALLOCATING, stamp)
         # Keys of ours that this allocation does not set (forged, or left by an earlier attempt) go.
         stale_keys = {self._options.prefix + k: None for k in POD_OUTPUT_KEYS}

@@ -1,0 +1,99 @@
+"""Two replicas binding pods of one namespace on different nodes at once never take it over its
+GPU quota: the namespace's quota ledger is a compare-and-set of its own (node ledgers alone
+serialise binds per node only)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from scheduler.backend import Admit, BindResult, PodRef
+from scheduler.core.allocation import Allocation, decode_record
+from scheduler.core.quota import NOTHING, Limits, Quota, charge, refusal
+from scheduler.kube import KubeBackend
+from scheduler.kube.quotaledger import quota_ledger_name
+from tests.fakes import FakeApiServer
+from tests.kube.conftest import decide_for, gpu_node, gpu_pod
+
+Make = Callable[..., KubeBackend]
+PREFIX = "gpuslice.io/"
+# 20 GiB pods (a quarter of an H100-80GB each: 20480 MiB, 250 milli); 3 fit in 60 GiB
+QUOTA = Quota("team", "q", Limits(memory_mib=61440))
+
+
+def admit_for(seen: list[int], meet: threading.Barrier | None = None) -> Admit:
+    """What the extender's admit does: the namespace's records charged, plus the allocation."""
+
+    def admit(records: Sequence[tuple[str, str]], placed: Allocation) -> str | None:
+        used = sum((charge(decode_record(text, key), None) for key, text in records), NOTHING)
+        seen.append(len(records))
+        if meet is not None and len(seen) <= 2:
+            meet.wait()  # the first decision of each replica waits for the other's: same read
+        return refusal([QUOTA], used, charge(placed, None))
+
+    return admit
+
+
+def test_two_replicas_binding_one_namespace_on_two_nodes_never_exceed_its_quota(
+    apiserver: FakeApiServer, make_backend: Make
+) -> None:
+    nodes = {n: apiserver.put_node(gpu_node(n, gpus=2, cpu="64")) for n in ("n1", "n2")}
+    names = [f"p{i}" for i in range(10)]
+    pods = {name: apiserver.put_pod(gpu_pod(name, namespace="team")) for name in names}
+    backends = [make_backend(conflict_retries=60), make_backend(conflict_retries=60)]
+    seen: list[int] = []
+    admit = admit_for(seen, threading.Barrier(2, timeout=5))
+
+    def bind(i: int) -> tuple[str, BindResult]:
+        name = names[i]
+        node = ("n1", "n2")[i % 2]  # each replica binds on its own node: the node ledgers never meet
+        decide = decide_for(nodes[node], pods[name])
+        return name, backends[i % 2].bind(PodRef("team", name, f"uid-{name}"), node, decide, admit)
+
+    with ThreadPoolExecutor(6) as pool:
+        results = dict(pool.map(bind, range(10)))
+
+    won = sorted(n for n, r in results.items() if r.allocation is not None)
+    # 3 x 20480 = 61440 MiB = the quota: exactly three bound, on either node
+    assert len(won) == 3, {n: r.error for n, r in results.items()}
+    refused = [r.error for n, r in results.items() if n not in won]
+    assert all(e.startswith("GPUQuota team/q: allows gpuMemory 61440 MiB") for e in refused), refused
+    bound = [p for p in apiserver.pods() if p["spec"].get("nodeName")]
+    assert sorted(p["metadata"]["name"] for p in bound) == won
+    # the losers' node reservations were undone: no ledger of a node names them
+    for node in ("n1", "n2"):
+        ledger = apiserver.configmap("gpuslice", f"gpuslice-node-{node}")
+        text = ledger["data"]["ledger"] if ledger is not None else "{}"
+        assert all(f"team/{n}" not in text for n in set(names) - set(won))
+    assert apiserver.configmap("gpuslice", quota_ledger_name("team")) is not None
+
+
+def test_a_bind_without_a_quota_never_reads_a_quota_ledger(apiserver: FakeApiServer, make_backend: Make) -> None:
+    node = apiserver.put_node(gpu_node("n1"))
+    body = apiserver.put_pod(gpu_pod("p", namespace="team"))
+    backend = make_backend()
+    result = backend.bind(PodRef("team", "p", "uid-p"), "n1", decide_for(node, body))
+    assert result.allocation is not None
+    assert apiserver.configmap("gpuslice", quota_ledger_name("team")) is None
+    assert not [r for r in apiserver.requests if r[2] == quota_ledger_name("team")]
+
+
+def test_an_entry_of_a_pod_that_is_gone_no_longer_counts(apiserver: FakeApiServer, make_backend: Make) -> None:
+    node = apiserver.put_node(gpu_node("n1", gpus=2))
+    for name in ("a", "b", "c", "d"):
+        apiserver.put_pod(gpu_pod(name, namespace="team"))
+    backend = make_backend()
+    seen: list[int] = []
+    admit = admit_for(seen)
+    for name in ("a", "b", "c"):
+        pod = apiserver.pod("team", name)
+        assert pod is not None
+        assert backend.bind(PodRef("team", name, f"uid-{name}"), "n1", decide_for(node, pod), admit).allocation
+    pod = apiserver.pod("team", "d")
+    assert pod is not None
+    assert backend.bind(PodRef("team", "d", "uid-d"), "n1", decide_for(node, pod), admit).error.startswith(
+        "GPUQuota team/q"
+    )
+    apiserver.delete_pod("team", "a")
+    assert backend.bind(PodRef("team", "d", "uid-d"), "n1", decide_for(node, pod), admit).allocation is not None
