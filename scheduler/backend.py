@@ -90,6 +90,10 @@ class Backend(Protocol):
         Event on the Node (``kubectl describe node``) from the Kubernetes backend. Best
         effort: it never raises, and never makes the caller (the watch) wait."""
 
+    def quota_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Write a GPUQuota's ``status`` (what its namespace holds, whether over): the status
+        subresource through the Kubernetes backend. Best effort: it never raises."""
+
     def bind(self, pod: PodRef, node: str, decide: Decide, admit: Admit | None = None) -> BindResult:
         """Give ``pod`` a share on ``node`` and bind it there, or fail cleanly.
 

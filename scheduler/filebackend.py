@@ -276,6 +276,13 @@ class FileBackend:
         self._emit(Kind.QUOTA, key, item)
         return key
 
+    def quota_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Kept on the quota as its status (``as_list`` shows it), as the API server would."""
+        with self._lock:
+            key = f"{namespace}/{name}"
+            if key in self._quotas:
+                self._quotas[key] = {**self._quotas[key], "status": dict(status)}
+
     def delete_quota(self, key: str) -> None:
         self._emit(Kind.QUOTA, key, None)
 

@@ -82,7 +82,10 @@ class Service:
                 (_announce, (server, self.demo)),
             )
         )
-        for thread in (sync, collecting, announce):
+        reporting = threading.Thread(
+            target=_report_quotas, args=(server, stopping), name="gpuslice-quota-status", daemon=True
+        )
+        for thread in (sync, collecting, announce, reporting):
             thread.start()
         try:
             server.run()
@@ -133,6 +136,20 @@ def _freeze_when_synced(backend: Backend, stopping: threading.Event) -> None:
             return
     collector.settle()
     collector.sweep_when_grown(stopping)
+
+
+QUOTA_STATUS_S = 5.0  # how often the GPUQuotas' status is brought up to date
+
+
+def _report_quotas(server: Server, stopping: threading.Event) -> None:
+    """Once synced, keep every GPUQuota's status current (written only when it changed)."""
+    extender = server.extender
+    while not stopping.wait(QUOTA_STATUS_S):
+        if extender.synced and extender.backend.ready():
+            try:
+                extender.report_quotas()
+            except Exception:  # the loop must live on; the next round tries again
+                log.exception("GPUQuota status not written")
 
 
 def _announce(server: Server, demo: DemoPlan | None) -> None:

@@ -25,7 +25,7 @@ from scheduler.core.board import Outcomes, Status
 from scheduler.core.errors import RecordError, RequestError
 from scheduler.core.pods import key_of, pod_key
 from scheduler.core.policies import REGISTRY, Policy, tell
-from scheduler.core.quota import NOTHING, charge, least_charge, refusal
+from scheduler.core.quota import NOTHING, charge, least_charge, refusal, status_json
 from scheduler.core.request import GpuKind, PodRequest, parse_pod
 from scheduler.core.select import evaluate
 from scheduler.core.state import rebuild
@@ -65,6 +65,7 @@ class Extender:
         self.answers = Answers()
         self.names = NameLists()  # NodeNames arrays met lately, for parse_args and the answers
         self.synced = False  # the first full sync is in (the verbs answer "not ready" before)
+        self._reported: dict[str, dict[str, Any]] = {}  # GPUQuota key -> the status last written
 
     def start(self) -> None:
         """The backend's first full sync (it returns once every node and pod is in), then its watch."""
@@ -448,6 +449,22 @@ class Extender:
             },
         )
         return wire.preemption_result(kept)
+
+    # ------------------------------------------------------------ quotas
+
+    def report_quotas(self) -> int:
+        """Write the status of every GPUQuota whose namespace's use changed since last written
+        (through the backend); how many were written. Lowering a quota evicts nothing: its
+        status says ``overQuota`` while the namespace holds more than it allows."""
+        written = 0
+        for quota, used in self.cache.quota_use():
+            key = f"{quota.namespace}/{quota.name}"
+            status = status_json(quota, used)
+            if self._reported.get(key) != status:
+                self.backend.quota_status(quota.namespace, quota.name, status)
+                self._reported[key] = status
+                written += 1
+        return written
 
     # ------------------------------------------------------------ inspection
 

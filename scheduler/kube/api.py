@@ -13,6 +13,7 @@ ClusterRole must grant; every call site checks itself against it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -39,6 +40,10 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("list", "", "configmaps"),
         ("create", "", "configmaps"),
         ("update", "", "configmaps"),
+        # GPU quotas (manifests/gpuquota-crd.yaml): followed, and their status kept current
+        ("list", "gpuslice.io", "gpuquotas"),
+        ("watch", "gpuslice.io", "gpuquotas"),
+        ("patch", "gpuslice.io", "gpuquotas/status"),
     }
 )
 
@@ -65,7 +70,9 @@ DEFRAG_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
 )
 
 MERGE_PATCH = "application/merge-patch+json"
-WATCHED = ("nodes", "pods")
+WATCHED = ("nodes", "pods", "gpuquotas")
+QUOTA_GROUP, QUOTA_VERSION = "gpuslice.io", "v1alpha1"
+GROUP_OF = {"gpuquotas": QUOTA_GROUP, "gpuquotas/status": QUOTA_GROUP}  # the rest: the core group
 
 Json = dict[str, Any]
 
@@ -148,6 +155,7 @@ class KubeApi:
     def __init__(self, api_client: Any, request_timeout_s: float = 5.0) -> None:
         self._client = api_client
         self._core: Any = k8s.CoreV1Api(api_client)
+        self._custom: Any = k8s.CustomObjectsApi(api_client)
         self.request_timeout_s = request_timeout_s
         # what this client may call, and the name of that set (the node agent's: AGENT_API_CALLS)
         self.calls, self.calls_name = API_CALLS, "API_CALLS"
@@ -209,7 +217,7 @@ class KubeApi:
         self, verb: str, resource: str, method: Callable[..., Any], *args: Any, timeout: Any = None, **kwargs: Any
     ) -> Any:
         """One call, with the response unread; its (verb, resource) must be in :data:`API_CALLS`."""
-        if (verb, "", resource) not in self.calls:
+        if (verb, GROUP_OF.get(resource, ""), resource) not in self.calls:
             raise AssertionError(f"API call {verb} {resource} is missing from {self.calls_name}")
         call = f"{verb} {resource}"
         try:
@@ -244,6 +252,8 @@ class KubeApi:
             return self._core.list_node  # type: ignore[no-any-return]
         if resource == "pods":
             return self._core.list_pod_for_all_namespaces  # type: ignore[no-any-return]
+        if resource == "gpuquotas":
+            return functools.partial(self._custom.list_cluster_custom_object, QUOTA_GROUP, QUOTA_VERSION, resource)
         raise ValueError(f"resource {resource!r}: accepted: {', '.join(WATCHED)}")
 
     def list(
@@ -316,6 +326,21 @@ class KubeApi:
             body["deleteOptions"] = {"preconditions": {"uid": uid}}
         extra = {"dry_run": "All"} if dry_run else {}
         self._json("create", "pods/eviction", self._core.create_namespaced_pod_eviction, name, namespace, body, **extra)
+
+    def patch_quota_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> Json:
+        """Merge-patch a GPUQuota's ``status`` (its status subresource: the spec is never touched)."""
+        return self._json(
+            "patch",
+            "gpuquotas/status",
+            self._custom.patch_namespaced_custom_object_status,
+            QUOTA_GROUP,
+            QUOTA_VERSION,
+            namespace,
+            "gpuquotas",
+            name,
+            {"status": dict(status)},
+            _content_type=MERGE_PATCH,
+        )
 
     def get_node(self, name: str) -> Json:
         return self._json("get", "nodes", self._core.read_node, name)

@@ -16,7 +16,7 @@ import logging
 import os
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from scheduler.backend import Admit, BindResult, Change, Decide, Kind, PodRef
@@ -24,7 +24,7 @@ from scheduler.backend import Admit, BindResult, Change, Decide, Kind, PodRef
 from .api import KubeApi
 from .binder import Binder, Sweep
 from .clock import SYSTEM_CLOCK, Clock
-from .errors import KubeError
+from .errors import KubeError, NotFoundError
 from .events import NODE_EVENTS_NAMESPACE, node_event
 from .options import KubeOptions
 from .reflector import Reflector
@@ -121,6 +121,12 @@ class KubeBackend:
             for kind in (Kind.NODE, Kind.POD)
         ]
         versions = [self._first_list(r) for r in self._reflectors]
+        quotas = Reflector(self.api, Kind.QUOTA, emit, self.options, self._clock, self._stop, self._rng)
+        try:
+            versions.append(quotas.relist())
+            self._reflectors.append(quotas)
+        except NotFoundError:  # no GPUQuota CRD: quotas are not enforced until it is installed and gpuslice restarted
+            log.warning("the GPUQuota CRD is not installed (manifests/gpuquota-crd.yaml): no GPU quotas are enforced")
         self._synced = True
         for reflector, version in zip(self._reflectors, versions, strict=True):
             thread = threading.Thread(
@@ -170,6 +176,13 @@ class KubeBackend:
 
     def bind(self, pod: PodRef, node: str, decide: Decide, admit: Admit | None = None) -> BindResult:
         return self._binder.bind(pod, node, decide, admit)
+
+    def quota_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Patch a GPUQuota's status subresource; best effort (the next report tries again)."""
+        try:
+            self.api.patch_quota_status(namespace, name, status)
+        except KubeError as exc:
+            log.warning("status of GPUQuota %s/%s not written: %s", namespace, name, exc)
 
     def node_event(self, node: str, reason: str, message: str) -> None:
         """A Warning Event on the Node, created from a thread of its own: the caller is the

@@ -26,11 +26,11 @@ from .options import KubeOptions
 
 log = logging.getLogger("gpuslice.kube.watch")
 
-RESOURCE_OF = {Kind.NODE: "nodes", Kind.POD: "pods"}
+RESOURCE_OF = {Kind.NODE: "nodes", Kind.POD: "pods", Kind.QUOTA: "gpuquotas"}
 
 
 def object_key(kind: Kind, obj: Mapping[str, Any]) -> str | None:
-    """The node name, or ``namespace/name`` for a pod; None if the object has no name."""
+    """The node name, or ``namespace/name`` for a pod or a quota; None if the object has no name."""
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
         return None

@@ -234,3 +234,17 @@ def test_preempt_without_quota_trouble_is_unchanged(tmp_path: Path) -> None:
     extender, _ = served(tmp_path, gpu_quota("team-b", gpus=8), a1, a2, b1, nodes=(k8s_node("x", gpus=1),))
     got = preempt(extender, b1, {"x": [a1, a2]})
     assert got is not None and len(got["x"]["Pods"]) == 1
+
+
+def test_the_status_of_each_quota_is_written_when_it_changes(tmp_path: Path) -> None:
+    a1 = k8s_pod("a1", namespace="team-a", **HALF)
+    extender, backend = served(tmp_path, gpu_quota("team-a", gpuCompute="0.5"), a1)
+    assert extender.report_quotas() == 1
+    used = {"gpuMemory": "0Mi", "gpuCompute": "0m", "gpus": 0}
+    assert backend.quotas()["team-a/q"]["status"] == {"used": used, "overQuota": False}
+    assert extender.report_quotas() == 0  # nothing changed: nothing written
+    assert place(extender, a1) == ""
+    assert extender.report_quotas() == 1
+    # 0.5 of 81920 MiB = 40960 MiB, 500 milli
+    used = {"gpuMemory": "40960Mi", "gpuCompute": "500m", "gpus": 0}
+    assert backend.quotas()["team-a/q"]["status"] == {"used": used, "overQuota": False}

@@ -23,7 +23,9 @@ second Binding, ``410`` for a compacted resourceVersion, and faults injected on 
 
 Verbs are the RBAC verbs (list, watch, get, create, update, patch, delete); resources are
 ``nodes``, ``pods``, ``pods/binding``, ``pods/eviction`` (policy/v1; ``api.evictions`` lists the
-bodies accepted, dry runs aside) and ``configmaps``. Changes made through the Python
+bodies accepted, dry runs aside), ``configmaps``, and ``gpuquotas`` with ``gpuquotas/status``
+(gpuslice.io/v1alpha1; ``api.served_quotas = False``: as if the CRD were not installed).
+Changes made through the Python
 methods (``put_*``, ``delete_*``, ``set_pod_phase``) produce watch events like API writes,
 and are not counted in ``served``. Merge and strategic-merge patches are both applied as
 JSON merge patches (enough for maps such as annotations).
@@ -48,9 +50,17 @@ from urllib.parse import parse_qs, urlsplit
 
 Json = dict[str, Any]
 
-RESOURCES = ("nodes", "pods", "configmaps", "events")
-LIST_KIND = {"nodes": "NodeList", "pods": "PodList", "configmaps": "ConfigMapList", "events": "EventList"}
-KIND = {"nodes": "Node", "pods": "Pod", "configmaps": "ConfigMap", "events": "Event"}
+RESOURCES = ("nodes", "pods", "configmaps", "events", "gpuquotas")
+LIST_KIND = {
+    "nodes": "NodeList",
+    "pods": "PodList",
+    "configmaps": "ConfigMapList",
+    "events": "EventList",
+    "gpuquotas": "GPUQuotaList",
+}
+KIND = {"nodes": "Node", "pods": "Pod", "configmaps": "ConfigMap", "events": "Event", "gpuquotas": "GPUQuota"}
+API_VERSION = {"gpuquotas": "gpuslice.io/v1alpha1"}  # the rest: v1
+QUOTA_PATH = ["apis", "gpuslice.io", "v1alpha1"]  # the GPUQuota CRD's paths
 REASONS = {
     400: "BadRequest",
     404: "NotFound",
@@ -182,6 +192,7 @@ class FakeApiServer:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._objects: dict[str, dict[str, Json]] = {r: {} for r in RESOURCES}
+        self.served_quotas = True  # False: as if the GPUQuota CRD were not installed (its paths 404)
         self._events: list[Event] = []
         self._rv = 100
         self._compacted = 0
@@ -239,6 +250,12 @@ class FakeApiServer:
 
     def put_pod(self, pod: Json) -> Json:
         return self._put("pods", pod)
+
+    def put_quota(self, quota: Json) -> Json:
+        return self._put("gpuquotas", quota)
+
+    def quota(self, namespace: str, name: str) -> Json | None:
+        return self._copy("gpuquotas", f"{namespace}/{name}")
 
     def put_configmap(self, configmap: Json) -> Json:
         return self._put("configmaps", configmap)
@@ -372,7 +389,7 @@ class FakeApiServer:
         """Save ``obj`` under a new resourceVersion and record the watch event (lock held)."""
         self._rv += 1
         obj = copy.deepcopy(obj)
-        obj.setdefault("apiVersion", "v1")
+        obj.setdefault("apiVersion", API_VERSION.get(resource, "v1"))
         obj.setdefault("kind", KIND[resource])
         meta = obj.setdefault("metadata", {})
         if resource != "nodes":
@@ -479,6 +496,14 @@ class FakeApiServer:
             if not isinstance(patch, dict):
                 raise ApiFailure(400, "a merge patch must be a JSON object")
             return self._store("nodes", merge_patch(old, patch), "MODIFIED")
+
+    def patch_status(self, resource: str, namespace: str, name: str, patch: Any) -> Json:
+        """A status subresource's merge patch: only ``status`` changes."""
+        with self._lock:
+            old = self._require(resource, f"{namespace}/{name}")
+            new = copy.deepcopy(old)
+            new["status"] = merge_patch(old.get("status") or {}, (patch or {}).get("status") or {})
+            return self._store(resource, new, "MODIFIED")
 
     def patch_pod(self, namespace: str, name: str, patch: Any) -> Json:
         with self._lock:
@@ -672,6 +697,8 @@ class _Handler(BaseHTTPRequestHandler):
             return "create", "pods/binding", namespace, name
         if len(parts) == 3 and resource == "pods" and parts[2] == "eviction" and method == "POST":
             return "create", "pods/eviction", namespace, name
+        if len(parts) == 3 and resource == "gpuquotas" and parts[2] == "status" and method == "PATCH":
+            return "patch", "gpuquotas/status", namespace, name
         if len(parts) > 2:
             raise ApiFailure(404, f"the server could not find the requested resource {'/'.join(parts)!r}")
         if not name:
@@ -690,9 +717,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.fake.authorizations.add(self.headers.get("Authorization") or "")
         try:
             body = self._body() if method in ("POST", "PUT", "PATCH") else None
-            if parts[:2] != ["api", "v1"]:
+            if parts[:3] == QUOTA_PATH and self.fake.served_quotas:
+                verb, resource, namespace, name = self._route(method, parts[3:], query)
+                if not resource.startswith("gpuquotas"):
+                    raise ApiFailure(404, f"path {url.path!r} is not served by this fake")
+            elif parts[:2] != ["api", "v1"] or parts[2:3] == ["gpuquotas"]:
                 raise ApiFailure(404, f"path {url.path!r} is not served by this fake")
-            verb, resource, namespace, name = self._route(method, parts[2:], query)
+            else:
+                verb, resource, namespace, name = self._route(method, parts[2:], query)
             fault = self.fake._take_fault(verb, resource, name)
             if fault is not None and fault.delay_s and self.fake._closing.wait(fault.delay_s):
                 return
@@ -743,6 +775,8 @@ class _Handler(BaseHTTPRequestHandler):
             result = fake.patch_pod(ns, name, body)
         elif verb == "patch" and resource == "nodes":
             result = fake.patch_node(name, body)
+        elif verb == "patch" and resource == "gpuquotas/status":
+            result = fake.patch_status("gpuquotas", ns, name, body)
         elif verb == "create" and resource == "events":
             body = dict(body or {})
             meta = body.setdefault("metadata", {})

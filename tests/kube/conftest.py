@@ -67,6 +67,16 @@ def gpu_pod(name: str, gpu_memory: str = "20Gi", namespace: str = "default", uid
     return body
 
 
+def gpu_quota(namespace: str, name: str = "q", **limits: Any) -> dict[str, Any]:
+    """A GPUQuota (gpuslice.io/v1alpha1); no limits given: one whole GPU."""
+    return {
+        "apiVersion": "gpuslice.io/v1alpha1",
+        "kind": "GPUQuota",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"limits": limits or {"gpus": 1}},
+    }
+
+
 def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():

@@ -26,7 +26,7 @@ from scheduler.kube import (
 )
 from scheduler.kube.ledger import ledger_name
 from tests.fakes import FakeApiServer
-from tests.kube.conftest import Recorder, decide_for, gpu_node, gpu_pod, wait_until
+from tests.kube.conftest import Recorder, decide_for, gpu_node, gpu_pod, gpu_quota, wait_until
 
 Make = Callable[..., KubeBackend]
 
@@ -46,6 +46,9 @@ def test_the_api_surface_is_exactly_these_calls() -> None:
         ("list", "", "configmaps"),  # the sweep of what interrupted binds left
         ("create", "", "configmaps"),
         ("update", "", "configmaps"),
+        ("list", "gpuslice.io", "gpuquotas"),  # GPU quotas, followed
+        ("watch", "gpuslice.io", "gpuquotas"),
+        ("patch", "gpuslice.io", "gpuquotas/status"),  # their status kept current
     }
     assert expected == API_CALLS
 
@@ -57,8 +60,9 @@ def test_every_declared_call_is_made_and_no_other(apiserver: FakeApiServer, make
     for name in ("a", "b", "c"):
         apiserver.put_pod(gpu_pod(name))
     backend = make_backend()
+    apiserver.put_quota(gpu_quota("default"))
     backend.start(Recorder())
-    wait_until(lambda: apiserver.open_watches() == 2, "both watches")
+    wait_until(lambda: apiserver.open_watches() == 3, "the three watches")
     for name in ("a", "b"):
         live = apiserver.pod("default", name)
         assert live is not None
@@ -70,6 +74,7 @@ def test_every_declared_call_is_made_and_no_other(apiserver: FakeApiServer, make
     backend.sweep()
     backend.node_event("n1", "GpusliceInvalidInventory", "bad inventory")
     wait_until(lambda: len(apiserver.events()) == 1, "the event")
+    backend.quota_status("default", "q", {"overQuota": False})
     assert apiserver.served == {(verb, resource) for verb, _, resource in API_CALLS}
 
 

@@ -8,13 +8,13 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from scheduler.backend import Admit, BindResult, PodRef
+from scheduler.backend import Admit, BindResult, Kind, PodRef
 from scheduler.core.allocation import Allocation, decode_record
 from scheduler.core.quota import NOTHING, Limits, Quota, charge, refusal
 from scheduler.kube import KubeBackend
 from scheduler.kube.quotaledger import quota_ledger_name
 from tests.fakes import FakeApiServer
-from tests.kube.conftest import decide_for, gpu_node, gpu_pod
+from tests.kube.conftest import Recorder, decide_for, gpu_node, gpu_pod, gpu_quota, wait_until
 
 Make = Callable[..., KubeBackend]
 PREFIX = "gpuslice.io/"
@@ -97,3 +97,28 @@ def test_an_entry_of_a_pod_that_is_gone_no_longer_counts(apiserver: FakeApiServe
     )
     apiserver.delete_pod("team", "a")
     assert backend.bind(PodRef("team", "d", "uid-d"), "n1", decide_for(node, pod), admit).allocation is not None
+
+
+def test_quotas_are_listed_and_watched_and_their_status_patched(apiserver: FakeApiServer, make_backend: Make) -> None:
+    apiserver.put_quota(gpu_quota("team", gpuCompute="2"))
+    backend, recorder = make_backend(), Recorder()
+    backend.start(recorder)
+    assert recorder.keys(Kind.QUOTA) == {"team/q"}
+    wait_until(lambda: apiserver.open_watches() == 3, "the three watches")
+    apiserver.put_quota(gpu_quota("other", name="r"))
+    wait_until(lambda: recorder.keys(Kind.QUOTA) == {"team/q", "other/r"}, "the new quota through the watch")
+    backend.quota_status("team", "q", {"used": {"gpus": 1}, "overQuota": False})
+    quota = apiserver.quota("team", "q")
+    assert quota is not None
+    assert quota["status"] == {"used": {"gpus": 1}, "overQuota": False}
+    assert quota["spec"] == {"limits": {"gpuCompute": "2"}}  # the status subresource never touches the spec
+
+
+def test_without_the_crd_the_backend_starts_and_enforces_no_quota(apiserver: FakeApiServer, make_backend: Make) -> None:
+    apiserver.served_quotas = False
+    apiserver.put_node(gpu_node("n1"))
+    backend, recorder = make_backend(), Recorder()
+    backend.start(recorder)
+    assert backend.ready()
+    assert recorder.keys(Kind.QUOTA) == set()
+    assert recorder.keys(Kind.NODE) == {"n1"}

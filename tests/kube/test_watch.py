@@ -17,7 +17,7 @@ Make = Callable[..., KubeBackend]
 def started(make: Make, apiserver: FakeApiServer, **options: object) -> tuple[KubeBackend, Recorder]:
     backend, recorder = make(**options), Recorder()
     backend.start(recorder)
-    wait_until(lambda: apiserver.open_watches() == 2, "both watches to open")
+    wait_until(lambda: apiserver.open_watches() == 3, "the three watches (nodes, pods, GPU quotas) to open")
     return backend, recorder
 
 
@@ -127,7 +127,7 @@ def test_a_failing_consumer_does_not_stop_the_watch(apiserver: FakeApiServer, ma
 
     backend = make_backend()
     backend.start(on_change)
-    wait_until(lambda: apiserver.open_watches() == 2, "both watches")
+    wait_until(lambda: apiserver.open_watches() == 3, "the three watches")
     apiserver.put_pod(gpu_pod("a"))
     apiserver.put_pod(gpu_pod("b"))
     wait_until(lambda: "default/b" in seen, "the second event after the first raised")
