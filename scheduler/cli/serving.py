@@ -174,12 +174,16 @@ def inspect(
     output: Annotated[
         str, typer.Option("--output", "-o", help="table (default), wide, json or yaml.", show_default=False)
     ] = "table",
+    quotas: Annotated[
+        bool, typer.Option("--quotas", help="Per namespace GPUQuota: used/allowed memory, compute, whole GPUs.")
+    ] = False,
 ) -> None:
-    """Show each node's GPUs, their shares and free capacity, as the running service sees them."""
+    """Show each node's GPUs, their shares and free capacity, as the running service sees them
+    (with --quotas, each namespace's GPU quotas and what it holds of them)."""
     from scheduler.extender.inspection import OUTPUTS
     from scheduler.extender.inspection import inspect as show
 
-    print(show(opt.service_url("--url", url), node, opt.choice("--output", output, OUTPUTS)))
+    print(show(opt.service_url("--url", url), node, opt.choice("--output", output, OUTPUTS), quotas))
 
 
 @command("demo")

@@ -245,6 +245,12 @@ def create_app(extender: Extender, mounts: Sequence[Mount] = ()) -> Verbs:
             return _forbidden(request)
         return Response(wire.dumps({"nodes": extender.describe()}), media_type=JSON)
 
+    @app.get("/debug/quotas")
+    async def quotas(request: Request) -> Response:
+        if not trusted(request.client):
+            return _forbidden(request)
+        return Response(wire.dumps({"quotas": extender.describe_quotas()}), media_type=JSON)
+
     @app.get("/debug/nodes/{name}")
     async def node(request: Request, name: str) -> Response:
         if not trusted(request.client):

@@ -131,6 +131,57 @@ def stray_lines(node: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def inspect(url: str, node: str | None = None, output: str = "table") -> str:
-    """``gpuslice inspect``: the text to print."""
+QUOTA_COLUMNS = ("NAMESPACE", "QUOTA", "MODEL", "MEMORY", "COMPUTE", "GPUS", "OVER")
+
+
+def render_quotas(quotas: Sequence[Mapping[str, Any]], output: str = "table") -> str:
+    """``/debug/quotas`` as ``output``: per GPUQuota and scope (all GPUs, then each model it
+    limits), used/allowed of memory, compute (GPUs' worth) and whole GPUs ("-": no limit)."""
+    if output in ("json", "yaml"):
+        return render(list(quotas), output)
+    rows: list[list[object]] = []
+    notes = []
+    for q in quotas:
+        if "problem" in q:
+            notes.append(f"{q['namespace']}/{q['name']}: not enforced: {q['problem']}")
+            continue
+        limits, used = q["limits"], q["used"]
+        scopes = [("*", {k: v for k, v in limits.items() if k != "models"}, used)]
+        scopes += [(m, lim, used.get("models", {}).get(m, {})) for m, lim in limits.get("models", {}).items()]
+        for i, (model, lim, held) in enumerate(scopes):
+            rows.append(
+                [
+                    q["namespace"] if i == 0 else "",
+                    q["name"] if i == 0 else "",
+                    model,
+                    f"{_mib(held.get('gpuMemory'))}/{_mib(lim.get('gpuMemory'))} MiB",
+                    f"{_gpus(held.get('gpuCompute'))}/{_gpus(lim.get('gpuCompute'))}",
+                    f"{held.get('gpus', 0)}/{lim.get('gpus', '-')}",
+                    ("yes" if q.get("overQuota") else "no") if i == 0 else "",
+                ]
+            )
+    text = table(QUOTA_COLUMNS, rows) if rows else "no GPUQuota objects"
+    return text + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+def _mib(text: object) -> str:
+    return "-" if text is None else str(text).removesuffix("Mi")
+
+
+def _gpus(text: object) -> str:
+    """``2500m`` -> ``2.5`` (GPUs' worth); "-" for no limit."""
+    if text is None:
+        return "-"
+    return f"{int(str(text).removesuffix('m')) / 1000:g}"
+
+
+def inspect(url: str, node: str | None = None, output: str = "table", quotas: bool = False) -> str:
+    """``gpuslice inspect``: the text to print (with ``quotas``, the GPUQuotas instead of the nodes)."""
+    if quotas:
+        client = ExtenderClient(url)
+        try:
+            data = client.get("/debug/quotas")
+        finally:
+            client.close()
+        return render_quotas(list(data["quotas"]), output)
     return render(fetch(url, node), output)

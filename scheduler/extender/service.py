@@ -25,7 +25,7 @@ from scheduler.core.board import Outcomes, Status
 from scheduler.core.errors import RecordError, RequestError
 from scheduler.core.pods import key_of, pod_key
 from scheduler.core.policies import REGISTRY, Policy, tell
-from scheduler.core.quota import NOTHING, charge, least_charge, refusal, status_json
+from scheduler.core.quota import NOTHING, charge, least_charge, limits_json, refusal, status_json
 from scheduler.core.request import GpuKind, PodRequest, parse_pod
 from scheduler.core.select import evaluate
 from scheduler.core.state import rebuild
@@ -465,6 +465,24 @@ class Extender:
                 self._reported[key] = status
                 written += 1
         return written
+
+    def describe_quotas(self) -> list[dict[str, Any]]:
+        """Every GPUQuota: what it allows and what its namespace holds, in all and per model it
+        limits (``/debug/quotas``, ``gpuslice inspect --quotas``); unreadable ones with why."""
+        out: list[dict[str, Any]] = []
+        for quota, used in self.cache.quota_use():
+            out.append(
+                {
+                    "namespace": quota.namespace,
+                    "name": quota.name,
+                    "limits": {**limits_json(quota.limits), "models": {m: limits_json(lim) for m, lim in quota.models}},
+                    **status_json(quota, used),
+                }
+            )
+        with self.cache.lock:
+            problems = sorted(self.cache.quota_problems.items())
+        out.extend({"namespace": k.split("/")[0], "name": k.split("/")[1], "problem": why} for k, why in problems)
+        return out
 
     # ------------------------------------------------------------ inspection
 

@@ -13,6 +13,7 @@ import pytest
 
 from scheduler.extender import wire
 from scheduler.extender.config import load_config
+from scheduler.extender.inspection import render_quotas
 from scheduler.extender.service import Extender
 from scheduler.filebackend import ClusterFileError, FileBackend
 
@@ -248,3 +249,22 @@ def test_the_status_of_each_quota_is_written_when_it_changes(tmp_path: Path) -> 
     # 0.5 of 81920 MiB = 40960 MiB, 500 milli
     used = {"gpuMemory": "40960Mi", "gpuCompute": "500m", "gpus": 0}
     assert backend.quotas()["team-a/q"]["status"] == {"used": used, "overQuota": False}
+
+
+# ---------------------------------------------------------------- where operators look
+
+
+def test_inspect_quotas_shows_used_and_allowed_per_scope(serve: Any) -> None:
+    a1 = holding("a1", "x", 0, 500, namespace="team-a")
+    quota = gpu_quota("team-a", gpuMemory="80Gi", gpuCompute="0.5", models={"H100-80GB": {"gpus": 1}})
+    svc = serve(k8s_node("x", gpus=1), quota, a1)
+    response = svc.http.get("/debug/quotas")
+    assert response.status_code == 200
+    (shown,) = response.json()["quotas"]
+    assert shown["used"]["gpuCompute"] == "500m" and shown["overQuota"] is False
+    # 0.5 x 81920 = 40960 MiB of 80 x 1024 = 81920; 0.5 of 0.5 GPUs; 0 of 1 whole H100
+    assert render_quotas(response.json()["quotas"]).splitlines() == [
+        "NAMESPACE   QUOTA   MODEL       MEMORY            COMPUTE   GPUS   OVER",
+        "team-a      q       *           40960/81920 MiB   0.5/0.5   0/-    no",
+        "                    H100-80GB   40960/- MiB       0.5/-     0/1",
+    ]

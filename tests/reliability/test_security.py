@@ -260,6 +260,7 @@ ROUTES = {
     ("GET", "/debug/nodes"),
     ("GET", "/debug/nodes/{name}"),
     ("GET", "/debug/defrag"),
+    ("GET", "/debug/quotas"),
 }
 
 
@@ -302,6 +303,7 @@ def test_only_trusted_networks_reach_the_verbs_and_debug(client: str) -> None:
         assert asgi(app, ("127.0.0.1", 40000), "POST", path, body).status_code == 200
     assert asgi(app, (client, 40000), "GET", "/debug/nodes").status_code == 403
     assert asgi(app, (client, 40000), "GET", "/debug/nodes/l4-mps").status_code == 403
+    assert asgi(app, (client, 40000), "GET", "/debug/quotas").status_code == 403
     assert asgi(app, (client, 40000), "GET", "/debug/defrag").status_code == 403
     assert asgi(app, ("127.0.0.1", 40000), "GET", "/debug/defrag").status_code == 200
     for method, path in (("GET", "/metrics"), ("GET", "/healthz"), ("GET", "/readyz")):
@@ -330,6 +332,7 @@ def test_only_bind_changes_the_allocation_state(api: CountingApiServer, replicas
         ("GET", "/debug/nodes", None),
         ("GET", "/debug/nodes/n1", None),
         ("GET", "/debug/defrag", None),
+        ("GET", "/debug/quotas", None),
         ("GET", "/metrics", None),
         ("GET", "/healthz", None),
         ("GET", "/readyz", None),
