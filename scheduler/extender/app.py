@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -165,6 +165,9 @@ def create_app(extender: Extender, mounts: Sequence[Mount] = ()) -> Verbs:
     app.state.extender = extender
     for mount in mounts:
         mount(app)
+    webhook = getattr(app.state, "webhook_config", None)
+    if webhook is not None:  # the webhook warns of a pod its namespace's GPU quota can never admit
+        app.state.webhook_config = replace(webhook, quota_advice=extender.quota_advice)
 
     def verb(name: str, handle: Callable[[bytes], Awaitable[bytes]], on_error: Callable[[str], bytes]) -> Verb:
         observe = metrics.latency.labels(name).observe

@@ -26,7 +26,7 @@ from scheduler.core.errors import RecordError, RequestError
 from scheduler.core.pods import key_of, pod_key
 from scheduler.core.policies import REGISTRY, Policy, tell
 from scheduler.core.quota import NOTHING, charge, least_charge, limits_json, refusal, status_json
-from scheduler.core.request import GpuKind, PodRequest, parse_pod
+from scheduler.core.request import GpuKind, GpuRequest, PodRequest, parse_pod
 from scheduler.core.select import evaluate
 from scheduler.core.state import rebuild
 
@@ -465,6 +465,29 @@ class Extender:
                 self._reported[key] = status
                 written += 1
         return written
+
+    def quota_advice(self, namespace: str, gpu: GpuRequest) -> str | None:
+        """For the admission webhook: a warning when a pod asking ``gpu`` could never fit its
+        namespace's GPU quotas, even with nothing else of the namespace running (on every kind
+        of node gpuslice knows, the least the pod would hold there is over a limit)."""
+        cache = self.cache
+        with cache.lock:
+            quotas = cache.quotas_of(namespace)
+            if not quotas or gpu.kind is GpuKind.NONE:
+                return None
+            kinds = {view.node.kind: view.node for view in cache.nodes.values() if view.node is not None}
+        reasons = []
+        for node in kinds.values():
+            least = least_charge(gpu, node)
+            if least is None:
+                continue
+            reason = refusal(quotas, NOTHING, least)
+            if reason is None:
+                return None  # it fits its quota on this kind of node
+            reasons.append(reason)
+        if not reasons:
+            return None
+        return f"this pod ({gpu.describe()}) can never be scheduled in namespace {namespace}: {min(reasons)}"
 
     def describe_quotas(self) -> list[dict[str, Any]]:
         """Every GPUQuota: what it allows and what its namespace holds, in all and per model it

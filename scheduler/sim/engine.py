@@ -27,6 +27,7 @@ from scheduler.core.errors import RecordError
 from scheduler.core.fit import fit
 from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
 from scheduler.core.policies import Context, Policy, make_policy, tell
+from scheduler.core.quota import NOTHING, Charge, Quota, charge, quotas_by_namespace, refusal
 from scheduler.core.request import MILLI, Demand, GpuKind
 from scheduler.core.state import NodeState
 
@@ -34,6 +35,8 @@ from .defrag import Defragmenter, DefragSpec
 from .model import ARRIVALS, REPLAY_MODES, TIMED, SimPod, Trace, request_milli
 from .protocol import events as make_events
 from .protocol import node_ranks
+
+HELD_BY_QUOTA = "\0held by quota"  # Replay.place's answer for a pod its quota holds back: no node's name
 
 Progress = Callable[[int, int], None]
 
@@ -98,6 +101,9 @@ class Replay:
         self.allocated_total = sum(allocated_milli(a) for s in board.states for _, a in s.pods)
         self.where: dict[str, tuple[str, int]] = {}  # pod -> (node, milli-GPU it holds)
         self.running: dict[str, SimPod] = {}
+        self.quotas: dict[str, tuple[Quota, ...]] = {}  # namespace -> its GPU quotas (scenarios' quotas:)
+        self.quota_use: dict[str, Charge] = {}
+        self.charged: dict[str, tuple[str, Charge]] = {}  # pod -> (namespace, what it holds)
         self.now = 0.0
         self.milli_seconds = 0.0
 
@@ -115,12 +121,20 @@ class Replay:
         self.node_frag[name], self.node_idle[name] = value, free
 
     def place(self, pod: SimPod) -> str | None:
-        """Place ``pod`` where the policy puts it; its node, or None if it fits nowhere."""
+        """Place ``pod`` where the policy puts it; its node, or None if it fits nowhere (or,
+        with GPU quotas, :data:`HELD_BY_QUOTA` if its namespace's quota holds it back)."""
         choice = self.board.best(self.policy, pod.demand)
         if choice is None:
             return None
         state = self.board.get(choice.node)
         assert state is not None
+        quotas = self.quotas.get(pod.namespace)
+        if quotas:
+            held = charge(choice.allocation, state.node)
+            if refusal(quotas, self.quota_use.get(pod.namespace, NOTHING), held) is not None:
+                return HELD_BY_QUOTA
+            self.quota_use[pod.namespace] = self.quota_use.get(pod.namespace, NOTHING) + held
+            self.charged[pod.name] = (pod.namespace, held)
         after = state.apply(pod.name, choice.allocation)
         self.board.put(after)
         took = allocated_milli(choice.allocation)
@@ -136,6 +150,10 @@ class Replay:
         if held is None:
             return False
         self.running.pop(name, None)
+        if self.charged:
+            namespace, took = self.charged.pop(name, ("", NOTHING))
+            if namespace:
+                self.quota_use[namespace] = self.quota_use[namespace] - took
         state = self.board.get(held[0])
         assert state is not None
         after = state.release(name)
@@ -170,6 +188,8 @@ def simulate(
         raise ValueError(f"unknown replay mode {replay!r}; accepted: {', '.join(REPLAY_MODES)}")
     if defrag is not None and replay != TIMED:
         raise ValueError(f"defragmentation needs simulated time: replay {TIMED}, not {replay}")
+    if defrag is not None and trace.quotas:
+        raise ValueError("GPU quotas and defragmentation are not simulated together in this version")
     if not compress > 0:
         raise ValueError(f"compress {compress}: accepted: a positive factor (1: times as recorded)")
     if replay == TIMED:
@@ -185,6 +205,13 @@ def simulate(
     seeded_ranks = node_ranks(trace.nodes, rng)
     order = ranks if ranks is not None else seeded_ranks
     run = Replay(Board(initial_states(trace), order), measure, policy)
+    run.quotas = quotas_by_namespace(trace.quotas)
+    # with namespaces (quotas, or pods given one), failures are counted per kind and namespace
+    namespaced = (
+        bool(trace.quotas)
+        or any(p.namespace != "default" for p in trace.pods)
+        or any(g.namespace != "default" for g in trace.generators)
+    )
     waiting = None
     if defrag is not None:  # the planner's policy is its own (see Defragmenter), told of the same arrivals
         waiting = Defragmenter(defrag, run, order, build_policy(policy_name, seed, workload, policy_options))
@@ -217,13 +244,19 @@ def simulate(
             for told in (policy,) if waiting is None else (policy, waiting.policy):
                 tell(told, demand)
             node = run.place(pod)
-            if node is None and waiting is not None:
+            if node == HELD_BY_QUOTA:  # apart from the pods that fit nowhere
+                failed += 1
+                if replay == ARRIVALS:
+                    placements.append((pod.name, None))
+                kind = f"held by quota ({pod.namespace})"
+                failed_by_kind[kind] = failed_by_kind.get(kind, 0) + 1
+            elif node is None and waiting is not None:
                 waiting.hold(pod)
             elif node is None:
                 failed += 1
                 if replay == ARRIVALS:
                     placements.append((pod.name, None))
-                kind = pod_kind(demand)
+                kind = pod_kind(demand) + (f" ({pod.namespace})" if namespaced else "")
                 failed_by_kind[kind] = failed_by_kind.get(kind, 0) + 1
             else:
                 placed += 1

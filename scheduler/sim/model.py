@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from scheduler.core.allocation import Allocation
 from scheduler.core.inventory import Node
+from scheduler.core.quota import Quota
 from scheduler.core.request import MILLI, Demand
 
 # How a trace is replayed unless the command line says otherwise.
@@ -23,6 +24,7 @@ class SimPod:
     demand: Demand
     created: float | None = None
     deleted: float | None = None
+    namespace: str = "default"  # whose GPU quota it counts against (scenarios' namespace:)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,7 @@ class Generator:
     rate: float = 0.0
     start: float = 0.0
     duration: Duration | None = None
+    namespace: str = "default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,7 @@ class Trace:
     source: str = ""
     typical: tuple[Demand, ...] = field(default=(), repr=False)  # pods defining the typical workload
     generators: tuple[Generator, ...] = ()
+    quotas: tuple[Quota, ...] = ()  # GPU quotas per namespace (scenarios' quotas:)
 
     @property
     def gpus(self) -> int:

@@ -97,7 +97,8 @@ def generated_pods(trace: Trace, rng: random.Random) -> list[SimPod]:
             if gen.rate > 0:
                 now += rng.expovariate(gen.rate)
             length = draw_duration(gen.duration, rng)
-            out.append(SimPod(f"{gen.name}-{i}", shape.demand, now, None if length is None else now + length))
+            deleted = None if length is None else now + length
+            out.append(SimPod(f"{gen.name}-{i}", shape.demand, now, deleted, gen.namespace))
     return out
 
 

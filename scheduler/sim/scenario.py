@@ -20,8 +20,11 @@ See ``simulations/README.md`` for the full format. In short::
         #   mode mps: mps_clients: 48;  mode time-slicing: replicas: 4;  unknown model: memory: 24Gi
     pods:
       - {name: train, count: 2, cpu: 16, memory: 128Gi, gpu: {count: 4}, arrive: 0, duration: 7200}
+    quotas:                       # GPU quotas per namespace, as a GPUQuota's limits
+      - {namespace: team-a, gpuMemory: 320Gi, gpuCompute: 4, gpus: 2, models: {H100-80GB: {gpus: 1}}}
     workloads:
       - name: inference
+        namespace: team-a         # pods and workloads: whose quota they count against (default: default)
         pods: 500
         rate: 0.05                # arrivals per second (Poisson); 0: all at start
         start: 0
@@ -47,9 +50,10 @@ import yaml
 
 from scheduler.core import mig as mig_slots
 from scheduler.core.catalog import lookup_model
-from scheduler.core.errors import RequestError
+from scheduler.core.errors import QuotaError, RequestError
 from scheduler.core.inventory import DEFAULT_MPS_CLIENTS, Device, MigInstance, Node, SharingMode
 from scheduler.core.quantity import bytes_to_mib, cpu_milli, memory_mib
+from scheduler.core.quota import Quota, parse_quota
 from scheduler.core.request import DEFAULT_PREFIX, Demand, GpuRequest, parse_gpu_request
 
 from .errors import TraceError
@@ -323,8 +327,9 @@ class _Reader:
         for i, item in enumerate(self.seq(raw.get("pods"), raw, "pods")):
             field = f"pods[{i}]"
             spec = self.mapping(item, raw, field)
-            self.known(spec, field, {"name", "count", "cpu", "memory", "gpu", "arrive", "duration"})
+            self.known(spec, field, {"name", "count", "cpu", "memory", "gpu", "arrive", "duration", "namespace"})
             name = self.text(spec, "name", field, f"pod-{i}")
+            namespace = self.text(spec, "namespace", field, "default")
             count = self.integer(spec, "count", field, 1, 1)
             demand = self.demand(spec, field)
             arrive = self.number(spec, "arrive", field, 0.0)
@@ -334,7 +339,8 @@ class _Reader:
                 if pod_name in names:
                     raise self.fail(spec, f"{field}.name", f"pod {pod_name!r} is defined twice")
                 names.add(pod_name)
-                out.append(SimPod(pod_name, demand, arrive, None if duration is None else arrive + duration))
+                deleted = None if duration is None else arrive + duration
+                out.append(SimPod(pod_name, demand, arrive, deleted, namespace))
         return tuple(out)
 
     def generators(self, raw: Mapping[str, Any]) -> tuple[Generator, ...]:
@@ -342,7 +348,7 @@ class _Reader:
         for i, item in enumerate(self.seq(raw.get("workloads"), raw, "workloads")):
             field = f"workloads[{i}]"
             spec = self.mapping(item, raw, field)
-            self.known(spec, field, {"name", "pods", "rate", "start", "duration", "shapes"})
+            self.known(spec, field, {"name", "pods", "rate", "start", "duration", "shapes", "namespace"})
             shapes = []
             for j, entry in enumerate(self.seq(spec.get("shapes"), spec, f"{field}.shapes")):
                 shape = self.mapping(entry, spec, f"{field}.shapes[{j}]")
@@ -377,8 +383,30 @@ class _Reader:
                     self.number(spec, "rate", field, 0.0),
                     self.number(spec, "start", field, 0.0),
                     duration,
+                    self.text(spec, "namespace", field, "default"),
                 )
             )
+        return tuple(out)
+
+    def quotas(self, raw: Mapping[str, Any]) -> tuple[Quota, ...]:
+        """``quotas: [{namespace, name, gpuMemory, gpuCompute, gpus, models}]``: a GPUQuota's
+        limits per namespace, read as the extender reads a GPUQuota object."""
+        out: list[Quota] = []
+        for i, item in enumerate(self.seq(raw.get("quotas"), raw, "quotas")):
+            field = f"quotas[{i}]"
+            spec = self.mapping(item, raw, field)
+            self.known(spec, field, {"namespace", "name", "gpuMemory", "gpuCompute", "gpus", "models"})
+            namespace = self.text(spec, "namespace", field, "default")
+            name = self.text(spec, "name", field, "quota")
+            limits = {k: v for k, v in spec.items() if k not in ("namespace", "name")}
+            obj = {"metadata": {"name": name, "namespace": namespace}, "spec": {"limits": limits}}
+            try:
+                out.append(parse_quota(obj))
+            except QuotaError as exc:  # "GPUQuota ns/name spec.limits.<path>: <problem>"
+                where, _, problem = str(exc).split(" spec.limits.", 1)[-1].partition(": ")
+                raise self.fail(spec, f"{field}.{where}", problem) from None
+            if sum(q.namespace == namespace and q.name == name for q in out) > 1:
+                raise self.fail(spec, f"{field}.name", f"quota {namespace}/{name} is defined twice")
         return tuple(out)
 
 
@@ -386,7 +414,9 @@ def parse(raw: object, path: str | Path, default_name: str | None = None) -> Tra
     """A scenario from its parsed YAML document."""
     reader = _Reader(Path(path))
     doc = reader.mapping(raw, None, "scenario")
-    reader.known(doc, "scenario", {"name", "description", "replay", "inflate", "shuffle", "nodes", "pods", "workloads"})
+    reader.known(
+        doc, "scenario", {"name", "description", "replay", "inflate", "shuffle", "nodes", "pods", "workloads", "quotas"}
+    )
     replay = str(doc.get("replay", "arrivals"))
     if replay not in REPLAY_MODES:
         raise reader.fail(doc, "replay", f"{replay!r} (accepted: {', '.join(REPLAY_MODES)})")
@@ -408,6 +438,7 @@ def parse(raw: object, path: str | Path, default_name: str | None = None) -> Tra
         shuffle=shuffle,
         source=str(path),
         generators=generators,
+        quotas=reader.quotas(doc),
     )
 
 

@@ -40,8 +40,9 @@ denied response whose message says what was wrong and what is accepted.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -91,6 +92,9 @@ class WebhookConfig:
     trusted_users: frozenset[str] = frozenset()
     trusted_groups: frozenset[str] = frozenset({"system:masters"})
     share_resource: str = ""  # the node agent's resource, such as gpuslice.io/share ("": no agent)
+    # (namespace, GPU request) -> a warning when the pod could never fit its namespace's GPU
+    # quota (the service that serves the webhook knows the quotas); None: no such check
+    quota_advice: Callable[[str, GpuRequest], str | None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.share_resource and (
@@ -489,4 +493,10 @@ def validate(body: object, config: WebhookConfig | None = None) -> Reply:
         return _reply(req.uid, _Decision())
     if not concerns_gpuslice(req.obj, config.prefix):
         return _reply(req.uid, _Decision())
-    return _reply(req.uid, _validate_create(req, config))
+    decision = _validate_create(req, config)
+    if decision.allowed and config.quota_advice is not None:
+        with contextlib.suppress(RequestError):  # a malformed request was denied above
+            advice = config.quota_advice(req.namespace or "default", _parse_pod(req.obj, config))
+            if advice is not None:
+                decision.warnings.append(advice)
+    return _reply(req.uid, decision)

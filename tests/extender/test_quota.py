@@ -10,8 +10,10 @@ from typing import Any
 
 import orjson
 import pytest
+from fastapi.testclient import TestClient
 
 from scheduler.extender import wire
+from scheduler.extender.app import create_app
 from scheduler.extender.config import load_config
 from scheduler.extender.inspection import render_quotas
 from scheduler.extender.service import Extender
@@ -75,6 +77,8 @@ def test_filter_refuses_a_pod_over_its_quota_on_every_node_with_one_reason(tmp_p
     reason = "GPUQuota team-a/q: allows gpuCompute 1 GPUs (used: 81920 MiB, 1 GPUs of compute, 0 whole GPUs)"
     assert out["FailedNodes"] == {"x": reason, "y": reason}
     assert not out.get("FailedAndUnresolvableNodes")
+    refusals = extender.metrics.registry.get_sample_value("gpuslice_quota_refusals_total", {"namespace": "team-a"})
+    assert refusals == 1.0
 
 
 def test_other_namespaces_are_not_held_back(tmp_path: Path) -> None:
@@ -268,3 +272,27 @@ def test_inspect_quotas_shows_used_and_allowed_per_scope(serve: Any) -> None:
         "team-a      q       *           40960/81920 MiB   0.5/0.5   0/-    no",
         "                    H100-80GB   40960/- MiB       0.5/-     0/1",
     ]
+
+
+def test_the_webhook_warns_of_a_pod_its_quota_can_never_admit(serve: Any) -> None:
+    from scheduler.cli.serving import service_mounts
+    from tests.deploy.reviews import review
+
+    svc = serve(k8s_node("x", gpus=4, mode="exclusive"), gpu_quota("team-a", gpus=2))
+    svc.http = TestClient(create_app(svc.extender, service_mounts(svc.config)))
+
+    def warnings(pod: dict[str, Any]) -> list[str]:
+        body = review(pod)
+        body["request"]["namespace"] = pod["metadata"]["namespace"]
+        response = svc.http.post("/validate", json=body)
+        assert response.status_code == 200 and response.json()["response"]["allowed"] is True
+        return list(response.json()["response"].get("warnings") or [])
+
+    # 3 whole GPUs > the 2 the quota allows, whatever else runs: warned at creation
+    (warned,) = warnings(k8s_pod("big", namespace="team-a", gpu_count="3"))
+    assert warned == (
+        "this pod (3 whole GPUs) can never be scheduled in namespace team-a: "
+        "GPUQuota team-a/q: allows gpus 2 (used: 0 MiB, 0 GPUs of compute, 0 whole GPUs)"
+    )
+    assert warnings(k8s_pod("ok", namespace="team-a", gpu_count="2")) == []
+    assert warnings(k8s_pod("other", namespace="team-b", gpu_count="3")) == []
