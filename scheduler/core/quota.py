@@ -43,6 +43,7 @@ from .state import taken_usage
 
 KIND = "GPUQuota"
 GROUP = "gpuslice.io"
+VERSION = "v1alpha1"
 MEMORY_FORMS = "a Kubernetes memory quantity such as 320Gi, 40960Mi or 80G"
 COMPUTE_FORMS = "a number of GPUs' worth of compute such as 4, 0.5 or 2500m"
 GPUS_FORMS = "a whole number of GPUs >= 0"

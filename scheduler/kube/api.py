@@ -24,6 +24,8 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException, OpenApiException
 from kubernetes.config.config_exception import ConfigException
 
+from scheduler.core.quota import GROUP, VERSION
+
 from .errors import ApiProtocolError, ApiUnavailableError, KubeConfigError, KubeError, status_error
 
 API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
@@ -71,7 +73,7 @@ DEFRAG_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
 
 MERGE_PATCH = "application/merge-patch+json"
 WATCHED = ("nodes", "pods", "gpuquotas")
-QUOTA_GROUP, QUOTA_VERSION = "gpuslice.io", "v1alpha1"
+QUOTA_GROUP, QUOTA_VERSION = GROUP, VERSION  # the GPUQuota CRD's
 GROUP_OF = {"gpuquotas": QUOTA_GROUP, "gpuquotas/status": QUOTA_GROUP}  # the rest: the core group
 
 Json = dict[str, Any]

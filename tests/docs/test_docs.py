@@ -16,6 +16,7 @@ import yaml
 from scheduler.agent.config import DEFAULT_RESOURCE
 from scheduler.cli import app
 from scheduler.cli.serving import service_mounts
+from scheduler.core.quota import VERSION as QUOTA_VERSION  # gpuslice.io/v1alpha1: the GPUQuota API
 from scheduler.core.request import OUTPUT_KEYS, REQUEST_KEYS, SELECTOR_KEYS
 from scheduler.extender import config_errors
 from scheduler.extender.app import create_app
@@ -107,7 +108,7 @@ def gpuslice_names() -> set[str]:
     webhook = find("MutatingWebhookConfiguration", "gpuslice")["webhooks"][0]["namespaceSelector"]
     labels = {e["key"].removeprefix("gpuslice.io/") for e in webhook["matchExpressions"]}
     resource = DEFAULT_RESOURCE.removeprefix("gpuslice.io/")
-    names = set(REQUEST_KEYS) | set(SELECTOR_KEYS) | set(OUTPUT_KEYS) | labels | {resource}
+    names = set(REQUEST_KEYS) | set(SELECTOR_KEYS) | set(OUTPUT_KEYS) | labels | {resource, QUOTA_VERSION}
     for source in (REPO / "scheduler").rglob("*.py"):  # and every prefix + "name" the code reads or writes
         names |= set(re.findall(r"prefix \+ \"([a-z][a-z0-9-]*)\"", source.read_text(encoding="utf-8")))
     return names
