@@ -65,6 +65,7 @@ def test_each_limit_is_checked_by_the_schema(where: dict[str, Any]) -> None:
         ("2500m", True),
         ("1e3", True),
         ("+4", True),
+        ("100u", False),  # micro and nano: no GPU quota is that small, and gpuslice reads neither
         ("-1", False),
         ("lots", False),
         ("4 GPUs", False),
