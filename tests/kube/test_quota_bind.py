@@ -13,7 +13,7 @@ from scheduler.core.allocation import Allocation, decode_record
 from scheduler.core.quota import NOTHING, Limits, Quota, charge, refusal
 from scheduler.kube import KubeBackend
 from scheduler.kube.quotaledger import quota_ledger_name
-from tests.fakes import FakeApiServer
+from tests.fakes import FakeApiServer, FakeClock
 from tests.kube.conftest import Recorder, decide_for, gpu_node, gpu_pod, gpu_quota, wait_until
 
 Make = Callable[..., KubeBackend]
@@ -122,3 +122,27 @@ def test_without_the_crd_the_backend_starts_and_enforces_no_quota(apiserver: Fak
     assert backend.ready()
     assert recorder.keys(Kind.QUOTA) == set()
     assert recorder.keys(Kind.NODE) == {"n1"}
+
+
+def test_an_entry_counts_until_its_pod_is_bound_or_it_goes_stale(
+    apiserver: FakeApiServer, make_backend: Make, clock: FakeClock
+) -> None:
+    # a's bind reserved its share in the namespace's ledger, then its Binding failed and left the
+    # reservation (the Binding may still land): it counts against the quota until it is stale
+    node = apiserver.put_node(gpu_node("n1", gpus=2))
+    for name in ("a", "b", "c", "d"):
+        apiserver.put_pod(gpu_pod(name, namespace="team"))
+    backend = make_backend(stale_allocation_s=60.0)
+    admit = admit_for([])
+
+    def bind(name: str) -> BindResult:
+        pod = apiserver.pod("team", name)
+        assert pod is not None
+        return backend.bind(PodRef("team", name, f"uid-{name}"), "n1", decide_for(node, pod), admit)
+
+    apiserver.fault("create", "pods/binding", status=504)  # no answer: the share stays reserved
+    assert "stays reserved" in bind("a").error
+    assert bind("b").allocation is not None and bind("c").allocation is not None
+    assert bind("d").error.startswith("GPUQuota team/q")  # a's entry + b + c = 3 x 20480 = the quota
+    clock.advance(61)  # a's reservation is stale: it no longer counts
+    assert bind("d").allocation is not None
