@@ -10,7 +10,11 @@ pod first seen bound to this node (the agent's own watch on the node's pods repo
 bindings in the order the kubelet's does; pods already there at start-up are ordered by
 the record's bind time, then creation time) among those with a counting record that are
 not admitted yet. If none is known, it re-lists the node's pods from the API server for up
-to ``admitWaitSeconds`` before failing the container. The race left: the kubelet sorts pods
+to ``admitWaitSeconds`` before failing the container. While a pod that asks for the share
+waits to be admitted without a record the agent honours, the kubelet may be admitting it:
+the agent then refuses every Allocate rather than guess, so no pod without a record ever
+receives a device. Before its first answer a pod's record is checked against the GPUs and
+the records already honoured (:mod:`scheduler.agent.records`). The race left: the kubelet sorts pods
 that reach it in the same batch (its own start) by creation time, not bind time, so two
 pods bound in one second around a kubelet restart can be answered crosswise. The kubelet's
 pod-resources API then shows which pod holds which share ID; every tick compares it with
@@ -50,6 +54,7 @@ from .migs import AdmitError, MigInstances, Placement
 from .mps import MpsDaemons, ProcessRunner
 from .pods import PodInfo, pod_info
 from .procs import ProcFs, ProcReader
+from .records import record_problem
 
 log = logging.getLogger("gpuslice.agent")
 
@@ -201,7 +206,8 @@ class Agent:
 
     # ------------------------------------------------------------ Allocate
 
-    def _choose(self, ids: tuple[str, ...]) -> PodInfo | None:
+    def _choose(self, ids: tuple[str, ...]) -> PodInfo | str:
+        """The pod this Allocate serves, or why the agent cannot tell ("" if no pod waits)."""
         for share in ids:
             owner = self._owner.get(share)
             if owner in self._pods:
@@ -216,22 +222,56 @@ class Agent:
                 continue
             count = done.calls if done else 0
             if 0 < count < len(pod.share_containers):
-                return pod  # part-way through this pod's containers
+                return pod  # part-way through this pod's containers: the kubelet admits one pod at a time
             if count == 0 and not pod.started and key not in self._kubelet_holds:
                 waiting.append(pod)
-        return waiting[0] if waiting else None
+        strangers = self._strangers()
+        if strangers:
+            # The kubelet may be admitting any of them: answering with a record would be a guess.
+            return (
+                f"pods {', '.join(strangers)} ask for {self.config.resource} without a record gpuslice bound "
+                f"that the agent honours, so it cannot tell which pod this Allocate serves"
+            )
+        return waiting[0] if waiting else ""
+
+    def _strangers(self) -> list[str]:
+        """Pods on this node waiting to be admitted that ask for the share but have no record the
+        agent honours (no record, one that does not count here, or one the checks refused)."""
+        out = []
+        for key, pod in sorted(self._pods.items()):
+            if not pod.share_containers or pod.started or key in self._kubelet_holds:
+                continue
+            done = self._admitted.get(key)
+            if pod.allocation is None or (done is not None and done.failed and not done.answers):
+                out.append(key)
+        return out
 
     def allocate(self, ids: tuple[str, ...]) -> Answer:
         """The answer for one container asking for ``ids``; AdmitError says why there is none."""
         deadline = self._clock.monotonic() + self.config.admit_wait_s
+        why = ""
         while True:
             with self._lock:
-                pod = self._choose(ids)
-                if pod is not None:
-                    return self._answer(pod, ids)
+                chosen = self._choose(ids)
+                if isinstance(chosen, PodInfo):
+                    return self._answer(chosen, ids)
+                why = chosen
             if self._clock.monotonic() >= deadline:
+                with self._lock:
+                    self._refuse("no-record" if why else "no-pod", why)
+                    for key in self._strangers() if why else ():
+                        pod = self._pods[key]
+                        self._cluster.event(
+                            ObjectRef("Pod", pod.name, pod.namespace, pod.uid),
+                            "Warning",
+                            "GpusliceNoRecord",
+                            f"asks for {self.config.resource} without a record gpuslice bound to "
+                            f"{self.config.node}: it gets no device, and the agent refuses every Allocate "
+                            "while it waits to be admitted",
+                        )
                 raise AdmitError(
-                    f"no pod bound to {self.config.node} by gpuslice is waiting for a share "
+                    why
+                    or f"no pod bound to {self.config.node} by gpuslice is waiting for a share "
                     f"(asked for {', '.join(ids)}); is the pod's allocation record missing?"
                 )
             try:
@@ -241,9 +281,36 @@ class Agent:
             else:
                 with self._lock:
                     self._merge(fresh, batch=True)
-                    if self._choose(ids) is not None:
+                    if isinstance(self._choose(ids), PodInfo):
                         continue
             self._clock.sleep(min(0.25, max(0.0, deadline - self._clock.monotonic())))
+
+    def _refuse(self, reason: str, message: str) -> None:
+        """Count a refused Allocate and, where there is something to say, tell the node."""
+        self.measure.refusals[reason] += 1
+        if message and message not in self._reported:
+            self._reported.add(message)
+            log.warning("Allocate refused: %s", message)
+            self._cluster.event(ObjectRef("Node", self.config.node), "Warning", "GpusliceAllocateRefused", message)
+
+    def _check(self, pod: PodInfo, alloc: Allocation) -> str:
+        """Why ``pod``'s record cannot be honoured on this node's GPUs beside the others ("" if it can)."""
+        node = build_node(
+            self.config,
+            self._gpus.devices(),
+            {g.uuid: self._gpus.mig_instances(g.uuid) for g in self._gpus.devices() if g.mig_enabled},
+            self._migs.managed,
+            {},
+            {},
+        )[0]
+        answered = [k for k in self._pods if self._admitted.get(k) is not None and self._admitted[k].answers]
+        rest = sorted((k for k in self._seq if k not in answered), key=self._seq.__getitem__)
+        honoured = []
+        for key in [*sorted(answered, key=lambda k: self._seq.get(k, -1)), *rest]:
+            other = self._pods.get(key)
+            if other is not None and other.allocation is not None:
+                honoured.append((key, other.allocation))
+        return record_problem(node, honoured, pod.key, alloc)
 
     def _answer(self, pod: PodInfo, ids: tuple[str, ...]) -> Answer:
         assert pod.allocation is not None
@@ -253,10 +320,18 @@ class Agent:
                 done.calls += 1
                 return done.answers[share]
         try:
+            if not done.answers:
+                problem = self._check(pod, pod.allocation)
+                if problem:
+                    self._refuse("record-refused", "")
+                    raise AdmitError(f"record refused: {problem}")
             result = self._hand_over(pod, pod.allocation, ids)
         except (AdmitError, GpuError) as exc:
             done.failed = str(exc)
             self._publish()
+            self._cluster.event(
+                ObjectRef("Node", self.config.node), "Warning", "GpusliceAllocateFailed", f"pod {pod.key}: {exc}"
+            )
             self._cluster.event(
                 ObjectRef("Pod", pod.name, pod.namespace, pod.uid), "Warning", "GpusliceAllocateFailed", str(exc)
             )
@@ -288,6 +363,12 @@ class Agent:
                 raise AdmitError(f"GPU {gpu.index} is {gpu.uuid}, but the record names {share.uuid}")
             names[share.index] = gpu.uuid
             if share.mode is SharingMode.MPS:
+                # never a share without what enforces its caps: no daemon, no handover
+                problems = self._mps.ensure([gpu.uuid])
+                down = self._mps.down(gpu.uuid)
+                if down:
+                    self._refuse("no-mps-daemon", "")
+                    raise AdmitError(f"GPU {gpu.index}: {'; '.join(problems) or down}; an MPS share needs its caps")
                 pipes[share.index] = self._mps.pipe(gpu.uuid).host_directory
         if len(set(pipes.values())) > 1:
             raise AdmitError("an MPS share over several GPUs cannot reach one control daemon per GPU")

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from prometheus_client import CollectorRegistry
 
@@ -90,9 +92,10 @@ class Measure:
         self._published_at: float | None = None
         self.registry: CollectorRegistry = registry(self.view)
         self.writes = 0  # usage annotation writes since start
+        self.refusals: Counter[str] = Counter()  # Allocate refused, by reason (the agent counts them)
 
     def view(self) -> View:
-        return self._view
+        return replace(self._view, refusals=tuple(sorted(self.refusals.items())))
 
     def stray_mib(self) -> dict[str, int]:
         """GPU UUID -> stray memory as published for the extender (rounded up)."""

@@ -20,6 +20,11 @@ gpuslice_stray_processes                per GPU: how many such processes
 gpuslice_agent_overruns_total           episodes past the grace period, by ``action``:
                                         reported, evicted, eviction_failed
 gpuslice_agent_stray_events_total       Warning Events about stray use sent
+gpuslice_agent_allocate_refused_total   Allocate calls refused, by ``reason``: no-record (a pod
+                                        asks for the share without a record the agent honours,
+                                        so it cannot tell whom it serves), no-pod, record-refused
+                                        (the record fails the checks against the GPUs and the
+                                        other records), no-mps-daemon
 ======================================  =====================================================
 """
 
@@ -48,6 +53,7 @@ class View:
     overrunning: frozenset[tuple[str, int]] = frozenset()
     actions: tuple[tuple[str, int], ...] = ()
     stray_events: int = 0
+    refusals: tuple[tuple[str, int], ...] = ()
 
 
 class _Collector(Collector):
@@ -118,8 +124,14 @@ class _Collector(Collector):
         )
         events.add_metric([node], view.stray_events)
         yield from (mem_alloc, mem_used, cpu_alloc, cpu_used, procs, overrun, gpu_used, stray_mem, stray_count)
+        refused = CounterMetricFamily(
+            "gpuslice_agent_allocate_refused", "Allocate calls refused, by reason.", labels=["node", "reason"]
+        )
+        for reason, count in view.refusals:
+            refused.add_metric([node, reason], count)
         yield actions
         yield events
+        yield refused
 
 
 def registry(view: Callable[[], View]) -> CollectorRegistry:
