@@ -37,6 +37,8 @@ MODELS: dict[tuple[str, str], type[BaseModel]] = {
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.V1RoleBinding,
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): k8s.V1MutatingWebhookConfiguration,
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): k8s.V1ValidatingWebhookConfiguration,
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): k8s.V1ValidatingAdmissionPolicy,
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): k8s.V1ValidatingAdmissionPolicyBinding,
 }
 
 # ---------------------------------------------------------------- schemas without a client model
@@ -567,6 +569,8 @@ def test_namespaced_objects_sit_in_gpuslice_namespace() -> None:
             "ClusterRoleBinding",
             "MutatingWebhookConfiguration",
             "ValidatingWebhookConfiguration",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "Kustomization",
         ):
             assert "namespace" not in meta, doc.where
