@@ -55,6 +55,8 @@ def measured(sample: Sample, overrunning: set[tuple[str, int]], at: str) -> Meas
     """The sample as the usage annotation has it (figures rounded: see the module)."""
     pods: dict[str, list[MeasuredShare]] = {}
     for share in sample.shares:
+        if not share.measured:
+            continue  # unknown this round (its GPU could not be read): no figure, not a 0
         compute = share.used_compute_milli
         pods.setdefault(share.pod, []).append(
             MeasuredShare(

@@ -92,12 +92,14 @@ class _Collector(Collector):
                 share.mig_profile,
             ]
             mem_alloc.add_metric(labels, share.allocated_memory_mib)
-            mem_used.add_metric(labels, share.used_memory_mib)
             cpu_alloc.add_metric(labels, share.allocated_compute_milli)
+            overrun.add_metric(labels, 1 if share.key in view.overrunning else 0)
+            if not share.measured:
+                continue  # its GPU could not be read: no figure rather than a 0 that reads as idle
+            mem_used.add_metric(labels, share.used_memory_mib)
             if share.used_compute_milli is not None:
                 cpu_used.add_metric(labels, share.used_compute_milli)
             procs.add_metric(labels, len(share.processes))
-            overrun.add_metric(labels, 1 if share.key in view.overrunning else 0)
         gpu_used = family("gpuslice_gpu_memory_used_mib", "GPU memory of every process on the GPU (NVML).", GPU_LABELS)
         stray_mem = family(
             "gpuslice_stray_memory_mib", "GPU memory of processes no allocation record accounts for.", GPU_LABELS
