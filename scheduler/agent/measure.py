@@ -97,7 +97,9 @@ class Measure:
         self.refusals: Counter[str] = Counter()  # Allocate refused, by reason (the agent counts them)
 
     def view(self) -> View:
-        return replace(self._view, refusals=tuple(sorted(self.refusals.items())))
+        return replace(
+            self._view, refusals=tuple(sorted(self.refusals.items())), pod_names=self._config.metrics.pod_names
+        )
 
     def stray_mib(self) -> dict[str, int]:
         """GPU UUID -> stray memory as published for the extender (rounded up)."""

@@ -4,7 +4,8 @@ Everything is read from the last sample when Prometheus scrapes (a collector, no
 kept up to date), so a pod that is gone has no series at the next scrape: cardinality is
 bounded by the shares and GPUs there are now. Per share, the labels an operator filters by:
 ``namespace``, ``pod``, ``node``, ``gpu`` (index), ``uuid``, ``model``, ``mode`` and
-``mig_profile`` ("" unless MIG).
+``mig_profile`` ("" unless MIG). ``pod`` is the pod's UID unless ``metrics.podNames`` is true:
+the endpoint names no pod unless the operator says so.
 
 ======================================  =====================================================
 gpuslice_share_memory_allocated_mib     memory the share's record gives
@@ -54,6 +55,7 @@ class View:
     actions: tuple[tuple[str, int], ...] = ()
     stray_events: int = 0
     refusals: tuple[tuple[str, int], ...] = ()
+    pod_names: bool = False  # the pod label: the pod's name, else its UID (``metrics.podNames``)
 
 
 class _Collector(Collector):
@@ -83,7 +85,7 @@ class _Collector(Collector):
         for share in view.sample.shares:
             labels = [
                 share.namespace,
-                share.name,
+                share.name if view.pod_names else share.uid,
                 node,
                 str(share.gpu_index),
                 share.gpu_uuid,

@@ -23,6 +23,7 @@ CONFIG: dict[str, Any] = {
     "gpus": {"0": {"mode": "time-slicing", "replicas": 4}, "1": {"mode": "mps"}},
     "overrun": {"graceSeconds": 60},
     "measure": {"strayGraceSeconds": 30, "strayEventSeconds": 600, "publishSeconds": 30},
+    "metrics": {"podNames": True},  # the series name their pods (the default names none: test_http.py)
 }
 L4_MIB = 23034
 
