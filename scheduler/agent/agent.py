@@ -128,22 +128,27 @@ class Agent:
     def start(self) -> None:
         """Read the node's last inventory and its pods, find what the agent made, publish."""
         previous: set[str] = set()
+        taken: set[str] = set()
         node = self._cluster.get_node()
         try:
             parsed = parse_node(node, self.config.prefix)
             previous = {i.uuid for d in parsed.devices for i in d.mig_managed}
+            taken = {i.uuid for d in parsed.devices for i in d.mig_taken}
         except InventoryError as exc:
             log.warning("the node's inventory annotation is unreadable (%s); starting from the hardware alone", exc)
         meta = node.get("metadata") if isinstance(node, Mapping) else None
         annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+        intended: list[Placement] = []
         if isinstance(annotations, Mapping):
             self._published = str(annotations.get(self.config.prefix + "inventory") or "")
+            intended = _placements(annotations.get(self.config.prefix + INTENT))
         with self._lock:
             self._merge(self._cluster.list_pods(), batch=True)
-            self._migs.adopt(self._held(), previous)
+            self._migs.adopt(self._held(), previous, intended, taken)
             self._check_kubelet()
             self._reconcile_mig()
-            self._publish()
+            if self._publish() and intended:
+                self._announce(None)  # what was announced is now found again (or gone): forget it
 
     # ------------------------------------------------------------ pods
 
@@ -374,14 +379,29 @@ class Agent:
             raise AdmitError("an MPS share over several GPUs cannot reach one control daemon per GPU")
         return answer(self.config, pod.key, alloc, names, pipes, ids[0] if ids else "none")
 
+    def _announce(self, where: Placement | None) -> None:
+        """Write ahead, on the Node, the placement about to be created (None: nothing pending), so
+        an agent killed between the creation and the inventory that lists it finds the instance
+        again as its own. A failed write refuses the creation (AdmitError): nothing is made that a
+        restart could not find."""
+        value = None if where is None else json.dumps([_placement_json(where)], separators=(",", ":"))
+        try:
+            self._cluster.set_node_annotations({self.config.prefix + INTENT: value})
+        except GpusliceError as exc:
+            if where is not None:
+                raise AdmitError(f"cannot announce the MIG instance on the Node before making it: {exc}") from exc
+            self.problems.append(f"clear {self.config.prefix + INTENT}: {exc}")
+
     def _mig_name(self, gpu: GpuInfo, share: DeviceShare, pod: str) -> str:
         assert share.mig is not None
         if not gpu.mig_enabled:
             raise AdmitError(f"GPU {gpu.index} has MIG mode off; the agent never changes MIG mode")
         if self._migs.dynamic(gpu):
-            made, fresh = self._migs.instance_for(gpu, share, pod, self._held())
+            made, fresh = self._migs.instance_for(gpu, share, pod, self._held(), self._announce)
+            # before the answer: a restart from here finds the instance listed as ours (else announced)
+            if fresh and self._publish():
+                self._announce(None)
             if fresh:
-                self._publish()  # before the answer: a restart from here finds the instance listed as ours
                 self.problems.extend(self._migs.refresh_cdi())
             return made.uuid
         for inst in self._gpus.mig_instances(gpu.uuid):  # static: the pre-created instance named
@@ -459,12 +479,14 @@ class Agent:
         with self._lock:
             return inventory_annotation(self._node()[0])
 
-    def _publish(self) -> None:
+    def _publish(self) -> bool:
         """Write the inventory if it changed; a failure is a problem of this round, retried next tick."""
         try:
             self._write_inventory()
         except GpusliceError as exc:
             self.problems.append(f"publish inventory: {exc}")
+            return False
+        return True
 
     def _write_inventory(self) -> None:
         node, warnings = self._node()
@@ -516,6 +538,25 @@ class Agent:
     def owners(self) -> dict[str, str]:
         with self._lock:
             return dict(self._owner)
+
+
+INTENT = "mig-intent"  # Node annotation (under the prefix): the MIG placement being created
+
+
+def _placement_json(where: Placement) -> dict[str, Any]:
+    return {"gpu": where.gpu_uuid, "slices": where.slices, "slots": where.slots, "start": where.start}
+
+
+def _placements(text: object) -> list[Placement]:
+    """The placements of the write-ahead annotation; anything malformed is left out (logged)."""
+    if not isinstance(text, str) or not text:
+        return []
+    try:
+        body = json.loads(text)
+        return [Placement(str(p["gpu"]), int(p["slices"]), int(p["slots"]), int(p["start"])) for p in body]
+    except (ValueError, TypeError, KeyError):
+        log.warning("the node's %s annotation is malformed; ignored: %r", INTENT, text[:200])
+        return []
 
 
 def _same_json(a: str, b: str) -> bool:
