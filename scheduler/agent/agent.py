@@ -39,8 +39,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from scheduler.core.allocation import Allocation, DeviceShare
-from scheduler.core.errors import GpusliceError, InventoryError
+from scheduler.core.allocation import Allocation, DeviceShare, decode_record
+from scheduler.core.errors import GpusliceError, InventoryError, RecordError
 from scheduler.core.inventory import Node, SharingMode
 from scheduler.core.k8s import inventory_annotation, parse_node
 
@@ -315,7 +315,28 @@ class Agent:
             other = self._pods.get(key)
             if other is not None and other.allocation is not None:
                 honoured.append((key, other.allocation))
-        return record_problem(node, honoured, pod.key, alloc)
+        return record_problem(node, honoured, pod.key, alloc) or self._unvouched(pod, alloc)
+
+    def _unvouched(self, pod: PodInfo, alloc: Allocation) -> str:
+        """Why gpuslice's own ledger does not vouch for ``pod``'s record ("" if it does, or if the
+        cluster keeps no ledger). A record anyone can write; the ledger only gpuslice writes."""
+        where = f"gpuslice's ledger of node {self.config.node}"
+        try:
+            bound = self._cluster.bound_records()
+        except GpusliceError as exc:
+            return f"{where} cannot be read ({exc}), so the record cannot be checked against what gpuslice bound"
+        if bound is None:
+            return ""
+        entry = bound.get(pod.key)
+        if entry is None or entry[0] != pod.uid:
+            return f"{where} has no entry for pod {pod.key} (uid {pod.uid}): gpuslice did not bind this record"
+        try:
+            theirs = decode_record(entry[1], pod.key)
+        except RecordError as exc:
+            return f"{where}: its entry for pod {pod.key} is unreadable ({exc})"
+        if theirs.node != alloc.node or theirs.shares != alloc.shares:
+            return f"the pod's record differs from what gpuslice bound ({where})"
+        return ""
 
     def _answer(self, pod: PodInfo, ids: tuple[str, ...]) -> Answer:
         assert pod.allocation is not None

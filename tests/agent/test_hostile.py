@@ -72,6 +72,12 @@ def record_of(bench: Bench, key: str) -> dict[str, Any]:
     return loaded
 
 
+def one_gpu_record(uuid: str, index: int, mode: str, memory_mib: int, compute_milli: int, **mig: Any) -> dict[str, Any]:
+    """A record as gpuslice writes it, for one GPU (``mig``: profile, start, size, slices)."""
+    device = {"uuid": uuid, "index": index, "mode": mode, "memoryMiB": memory_mib, "computeMilli": compute_milli}
+    return {"node": NODE, "devices": [{**device, "mig": mig or None}], "cpuMilli": 0, "memoryMiB": 0}
+
+
 def handed(bench: Bench, key: str) -> list[str]:
     return [d.name for d in bench.kubelet.answers[(key, "main0")].cdi_devices]
 
@@ -163,21 +169,7 @@ def test_a_forged_record_naming_another_pods_mig_placement_is_refused(bench: Ben
 
 
 def test_a_record_naming_a_gpu_the_node_lacks_creates_no_mig_instance(bench: Bench) -> None:
-    body = {
-        "node": NODE,
-        "devices": [
-            {
-                "uuid": "GPU-not-on-this-node",
-                "index": 0,
-                "mode": "mig",
-                "memoryMiB": 9728,
-                "computeMilli": 142,
-                "mig": {"profile": "1g.10gb", "start": 0, "size": 1, "slices": 1},
-            }
-        ],
-        "cpuMilli": 0,
-        "memoryMiB": 0,
-    }
+    body = one_gpu_record("GPU-not-on-this-node", 0, "mig", 9728, 142, profile="1g.10gb", start=0, size=1, slices=1)
     thief = forged(bench, "thief", body)
     before = list(bench.gpus.calls)
     assert not bench.admit(thief)
@@ -187,14 +179,7 @@ def test_a_record_naming_a_gpu_the_node_lacks_creates_no_mig_instance(bench: Ben
 
 
 def test_an_mps_record_beyond_its_gpu_is_refused_not_handed_with_200_percent(bench: Bench) -> None:
-    body = {
-        "node": NODE,
-        "devices": [
-            {"uuid": "GPU-l4-2", "index": 2, "mode": "mps", "memoryMiB": 2 * 23034, "computeMilli": 2000, "mig": None}
-        ],
-        "cpuMilli": 0,
-        "memoryMiB": 0,
-    }
+    body = one_gpu_record("GPU-l4-2", 2, "mps", 2 * 23034, 2000)
     thief = forged(bench, "thief", body)
     assert not bench.admit(thief)
     assert (thief, "main0") not in bench.kubelet.answers
@@ -249,3 +234,36 @@ def test_an_mps_share_is_refused_while_its_daemon_cannot_run(short_tmp: Path) ->
     finally:
         plugin.stop()
         kubelet.stop()
+
+
+# ---------------------------------------------------------------- against what gpuslice bound (its ledger)
+
+
+def test_a_forged_record_for_a_free_gpu_is_refused_as_not_bound_by_gpuslice(bench: Bench) -> None:
+    # Collides with nothing honoured: only gpuslice's ledger says gpuslice never bound it.
+    body = one_gpu_record("GPU-h100-3", 3, "exclusive", 81559, 1000)
+    thief = forged(bench, "thief", body)
+    assert not bench.admit(thief)
+    assert (thief, "main0") not in bench.kubelet.answers
+    assert "has no entry for pod tenant/thief" in bench.kubelet.rejected[thief]
+    assert refused(bench, "record-refused") == 1
+
+
+def test_a_record_edited_after_the_bind_is_refused(bench: Bench) -> None:
+    key = bench.cluster.create_pod("edited", gpu_fraction="0.25", sharing="mps")
+    bench.cluster.schedule(key)
+    pod = json.loads(json.dumps(bench.cluster.backend.pods()[key]))
+    record = json.loads(pod["metadata"]["annotations"][PREFIX + "allocation"])
+    record["devices"][0]["computeMilli"] = 1000  # the whole GPU's compute, while the webhook was down
+    pod["metadata"]["annotations"][PREFIX + "allocation"] = json.dumps(record)
+    bench.cluster.backend.put_pod(pod)
+    assert not bench.admit(key)
+    assert "differs from what gpuslice bound" in bench.kubelet.rejected[key]
+
+
+def test_an_unreadable_ledger_refuses_rather_than_trusts(bench: Bench) -> None:
+    key = bench.cluster.create_pod("job", gpu_count="1", sharing="exclusive")
+    bench.cluster.schedule(key)
+    bench.cluster.ledger_error = "get configmaps: HTTP 503"
+    assert not bench.admit(key)
+    assert "cannot be read (get configmaps: HTTP 503)" in bench.kubelet.rejected[key]
