@@ -141,7 +141,7 @@ class Agent:
         intended: list[Placement] = []
         if isinstance(annotations, Mapping):
             self._published = str(annotations.get(self.config.prefix + "inventory") or "")
-            intended = _placements(annotations.get(self.config.prefix + INTENT))
+            intended = _placements(annotations.get(self.config.prefix + "mig-intent"))
         with self._lock:
             self._merge(self._cluster.list_pods(), batch=True)
             self._migs.adopt(self._held(), previous, intended, taken)
@@ -407,11 +407,11 @@ class Agent:
         restart could not find."""
         value = None if where is None else json.dumps([_placement_json(where)], separators=(",", ":"))
         try:
-            self._cluster.set_node_annotations({self.config.prefix + INTENT: value})
+            self._cluster.set_node_annotations({self.config.prefix + "mig-intent": value})
         except GpusliceError as exc:
             if where is not None:
                 raise AdmitError(f"cannot announce the MIG instance on the Node before making it: {exc}") from exc
-            self.problems.append(f"clear {self.config.prefix + INTENT}: {exc}")
+            self.problems.append(f"clear {self.config.prefix}mig-intent: {exc}")
 
     def _mig_name(self, gpu: GpuInfo, share: DeviceShare, pod: str) -> str:
         assert share.mig is not None
@@ -561,9 +561,6 @@ class Agent:
             return dict(self._owner)
 
 
-INTENT = "mig-intent"  # Node annotation (under the prefix): the MIG placement being created
-
-
 def _placement_json(where: Placement) -> dict[str, Any]:
     return {"gpu": where.gpu_uuid, "slices": where.slices, "slots": where.slots, "start": where.start}
 
@@ -576,7 +573,7 @@ def _placements(text: object) -> list[Placement]:
         body = json.loads(text)
         return [Placement(str(p["gpu"]), int(p["slices"]), int(p["slots"]), int(p["start"])) for p in body]
     except (ValueError, TypeError, KeyError):
-        log.warning("the node's %s annotation is malformed; ignored: %r", INTENT, text[:200])
+        log.warning("the node's mig-intent annotation is malformed; ignored: %r", text[:200])
         return []
 
 
