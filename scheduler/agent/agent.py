@@ -31,6 +31,7 @@ destroyed once no process runs on it. A GPU with MIG mode off is never given MIG
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -299,7 +300,16 @@ class Agent:
             self._cluster.event(ObjectRef("Node", self.config.node), "Warning", "GpusliceAllocateRefused", message)
 
     def _check(self, pod: PodInfo, alloc: Allocation) -> str:
-        """Why ``pod``'s record cannot be honoured on this node's GPUs beside the others ("" if it can)."""
+        """Why ``pod``'s record cannot be honoured ("" if it can): gpuslice's ledger of the node must
+        vouch for it, and it must fit the node's GPUs beside the records honoured before it (each
+        as the ledger has it, where it has it: an edit after the bind changes nothing here)."""
+        where = f"gpuslice's ledger of node {self.config.node}"
+        unreadable = ""
+        bound: Mapping[str, tuple[str, str]] | None = None
+        try:
+            bound = self._cluster.bound_records()
+        except GpusliceError as exc:
+            unreadable = f"{where} cannot be read ({exc}), so the record cannot be checked against what gpuslice bound"
         node = build_node(
             self.config,
             self._gpus.devices(),
@@ -313,21 +323,23 @@ class Agent:
         honoured = []
         for key in [*sorted(answered, key=lambda k: self._seq.get(k, -1)), *rest]:
             other = self._pods.get(key)
-            if other is not None and other.allocation is not None:
-                honoured.append((key, other.allocation))
-        return record_problem(node, honoured, pod.key, alloc) or self._unvouched(pod, alloc)
+            if other is None or other.allocation is None:
+                continue
+            entry = (bound or {}).get(key)
+            if entry is not None and entry[0] == other.uid:
+                with contextlib.suppress(RecordError):
+                    honoured.append((key, decode_record(entry[1], key)))
+                    continue
+            honoured.append((key, other.allocation))
+        problem = record_problem(node, honoured, pod.key, alloc) or unreadable
+        if problem or bound is None:
+            return problem
+        return self._unvouched(pod, alloc, bound.get(pod.key), where)
 
-    def _unvouched(self, pod: PodInfo, alloc: Allocation) -> str:
-        """Why gpuslice's own ledger does not vouch for ``pod``'s record ("" if it does, or if the
-        cluster keeps no ledger). A record anyone can write; the ledger only gpuslice writes."""
-        where = f"gpuslice's ledger of node {self.config.node}"
-        try:
-            bound = self._cluster.bound_records()
-        except GpusliceError as exc:
-            return f"{where} cannot be read ({exc}), so the record cannot be checked against what gpuslice bound"
-        if bound is None:
-            return ""
-        entry = bound.get(pod.key)
+    @staticmethod
+    def _unvouched(pod: PodInfo, alloc: Allocation, entry: tuple[str, str] | None, where: str) -> str:
+        """Why the ledger's ``entry`` does not vouch for ``pod``'s record ("" if it does). A record
+        anyone can write; the ledger only gpuslice writes."""
         if entry is None or entry[0] != pod.uid:
             return f"{where} has no entry for pod {pod.key} (uid {pod.uid}): gpuslice did not bind this record"
         try:

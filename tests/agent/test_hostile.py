@@ -267,3 +267,19 @@ def test_an_unreadable_ledger_refuses_rather_than_trusts(bench: Bench) -> None:
     bench.cluster.ledger_error = "get configmaps: HTTP 503"
     assert not bench.admit(key)
     assert "cannot be read (get configmaps: HTTP 503)" in bench.kubelet.rejected[key]
+
+
+def test_an_admitted_pods_record_edited_later_does_not_refuse_the_next_pod(bench: Bench) -> None:
+    first = bench.cluster.create_pod("first", gpu_fraction="0.5", sharing="mps")
+    bench.cluster.schedule(first)
+    assert bench.admit(first)
+    second = bench.cluster.create_pod("second", gpu_fraction="0.5", sharing="mps")
+    bench.cluster.schedule(second)
+    # the first pod's record is edited to all of the GPU's compute: 150% with the second's
+    pod = json.loads(json.dumps(bench.cluster.backend.pods()[first]))
+    record = json.loads(pod["metadata"]["annotations"][PREFIX + "allocation"])
+    record["devices"][0]["computeMilli"] = 1000
+    pod["metadata"]["annotations"][PREFIX + "allocation"] = json.dumps(record)
+    bench.cluster.backend.put_pod(pod)
+    # the agent weighs the first pod as gpuslice bound it (its ledger), so the second fits
+    assert bench.admit(second), bench.kubelet.rejected.get(second)
