@@ -10,7 +10,11 @@ pod first seen bound to this node (the agent's own watch on the node's pods repo
 bindings in the order the kubelet's does; pods already there at start-up are ordered by
 the record's bind time, then creation time) among those with a counting record that are
 not admitted yet. If none is known, it re-lists the node's pods from the API server for up
-to ``admitWaitSeconds`` before failing the container. The race left: the kubelet sorts pods
+to ``admitWaitSeconds`` before failing the container. While a pod that asks for the share
+waits to be admitted without a record the agent honours, the kubelet may be admitting it:
+the agent then refuses every Allocate rather than guess, so no pod without a record ever
+receives a device. Before its first answer a pod's record is checked against the GPUs and
+the records already honoured (:mod:`scheduler.agent.records`). The race left: the kubelet sorts pods
 that reach it in the same batch (its own start) by creation time, not bind time, so two
 pods bound in one second around a kubelet restart can be answered crosswise. The kubelet's
 pod-resources API then shows which pod holds which share ID; every tick compares it with
@@ -27,6 +31,7 @@ destroyed once no process runs on it. A GPU with MIG mode off is never given MIG
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -35,8 +40,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from scheduler.core.allocation import Allocation, DeviceShare
-from scheduler.core.errors import GpusliceError, InventoryError
+from scheduler.core.allocation import Allocation, DeviceShare, decode_record
+from scheduler.core.errors import GpusliceError, InventoryError, RecordError
 from scheduler.core.inventory import Node, SharingMode
 from scheduler.core.k8s import inventory_annotation, parse_node
 
@@ -50,6 +55,7 @@ from .migs import AdmitError, MigInstances, Placement
 from .mps import MpsDaemons, ProcessRunner
 from .pods import PodInfo, pod_info
 from .procs import ProcFs, ProcReader
+from .records import record_problem
 
 log = logging.getLogger("gpuslice.agent")
 
@@ -123,22 +129,27 @@ class Agent:
     def start(self) -> None:
         """Read the node's last inventory and its pods, find what the agent made, publish."""
         previous: set[str] = set()
+        taken: set[str] = set()
         node = self._cluster.get_node()
         try:
             parsed = parse_node(node, self.config.prefix)
             previous = {i.uuid for d in parsed.devices for i in d.mig_managed}
+            taken = {i.uuid for d in parsed.devices for i in d.mig_taken}
         except InventoryError as exc:
             log.warning("the node's inventory annotation is unreadable (%s); starting from the hardware alone", exc)
         meta = node.get("metadata") if isinstance(node, Mapping) else None
         annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+        intended: list[Placement] = []
         if isinstance(annotations, Mapping):
             self._published = str(annotations.get(self.config.prefix + "inventory") or "")
+            intended = _placements(annotations.get(self.config.prefix + "mig-intent"))
         with self._lock:
             self._merge(self._cluster.list_pods(), batch=True)
-            self._migs.adopt(self._held(), previous)
+            self._migs.adopt(self._held(), previous, intended, taken)
             self._check_kubelet()
             self._reconcile_mig()
-            self._publish()
+            if self._publish() and intended:
+                self._announce(None)  # what was announced is now found again (or gone): forget it
 
     # ------------------------------------------------------------ pods
 
@@ -201,7 +212,8 @@ class Agent:
 
     # ------------------------------------------------------------ Allocate
 
-    def _choose(self, ids: tuple[str, ...]) -> PodInfo | None:
+    def _choose(self, ids: tuple[str, ...]) -> PodInfo | str:
+        """The pod this Allocate serves, or why the agent cannot tell ("" if no pod waits)."""
         for share in ids:
             owner = self._owner.get(share)
             if owner in self._pods:
@@ -216,22 +228,56 @@ class Agent:
                 continue
             count = done.calls if done else 0
             if 0 < count < len(pod.share_containers):
-                return pod  # part-way through this pod's containers
+                return pod  # part-way through this pod's containers: the kubelet admits one pod at a time
             if count == 0 and not pod.started and key not in self._kubelet_holds:
                 waiting.append(pod)
-        return waiting[0] if waiting else None
+        strangers = self._strangers()
+        if strangers:
+            # The kubelet may be admitting any of them: answering with a record would be a guess.
+            return (
+                f"pods {', '.join(strangers)} ask for {self.config.resource} without a record gpuslice bound "
+                f"that the agent honours, so it cannot tell which pod this Allocate serves"
+            )
+        return waiting[0] if waiting else ""
+
+    def _strangers(self) -> list[str]:
+        """Pods on this node waiting to be admitted that ask for the share but have no record the
+        agent honours (no record, one that does not count here, or one the checks refused)."""
+        out = []
+        for key, pod in sorted(self._pods.items()):
+            if not pod.share_containers or pod.started or key in self._kubelet_holds:
+                continue
+            done = self._admitted.get(key)
+            if pod.allocation is None or (done is not None and done.failed and not done.answers):
+                out.append(key)
+        return out
 
     def allocate(self, ids: tuple[str, ...]) -> Answer:
         """The answer for one container asking for ``ids``; AdmitError says why there is none."""
         deadline = self._clock.monotonic() + self.config.admit_wait_s
+        why = ""
         while True:
             with self._lock:
-                pod = self._choose(ids)
-                if pod is not None:
-                    return self._answer(pod, ids)
+                chosen = self._choose(ids)
+                if isinstance(chosen, PodInfo):
+                    return self._answer(chosen, ids)
+                why = chosen
             if self._clock.monotonic() >= deadline:
+                with self._lock:
+                    self._refuse("no-record" if why else "no-pod", why)
+                    for key in self._strangers() if why else ():
+                        pod = self._pods[key]
+                        self._cluster.event(
+                            ObjectRef("Pod", pod.name, pod.namespace, pod.uid),
+                            "Warning",
+                            "GpusliceNoRecord",
+                            f"asks for {self.config.resource} without a record gpuslice bound to "
+                            f"{self.config.node}: it gets no device, and the agent refuses every Allocate "
+                            "while it waits to be admitted",
+                        )
                 raise AdmitError(
-                    f"no pod bound to {self.config.node} by gpuslice is waiting for a share "
+                    why
+                    or f"no pod bound to {self.config.node} by gpuslice is waiting for a share "
                     f"(asked for {', '.join(ids)}); is the pod's allocation record missing?"
                 )
             try:
@@ -241,9 +287,68 @@ class Agent:
             else:
                 with self._lock:
                     self._merge(fresh, batch=True)
-                    if self._choose(ids) is not None:
+                    if isinstance(self._choose(ids), PodInfo):
                         continue
             self._clock.sleep(min(0.25, max(0.0, deadline - self._clock.monotonic())))
+
+    def _refuse(self, reason: str, message: str) -> None:
+        """Count a refused Allocate and, where there is something to say, tell the node."""
+        self.measure.refusals[reason] += 1
+        if message and message not in self._reported:
+            self._reported.add(message)
+            log.warning("Allocate refused: %s", message)
+            self._cluster.event(ObjectRef("Node", self.config.node), "Warning", "GpusliceAllocateRefused", message)
+
+    def _check(self, pod: PodInfo, alloc: Allocation) -> str:
+        """Why ``pod``'s record cannot be honoured ("" if it can): gpuslice's ledger of the node must
+        vouch for it, and it must fit the node's GPUs beside the records honoured before it (each
+        as the ledger has it, where it has it: an edit after the bind changes nothing here)."""
+        where = f"gpuslice's ledger of node {self.config.node}"
+        unreadable = ""
+        bound: Mapping[str, tuple[str, str]] | None = None
+        try:
+            bound = self._cluster.bound_records()
+        except GpusliceError as exc:
+            unreadable = f"{where} cannot be read ({exc}), so the record cannot be checked against what gpuslice bound"
+        node = build_node(
+            self.config,
+            self._gpus.devices(),
+            {g.uuid: self._gpus.mig_instances(g.uuid) for g in self._gpus.devices() if g.mig_enabled},
+            self._migs.managed,
+            {},
+            {},
+        )[0]
+        answered = [k for k in self._pods if self._admitted.get(k) is not None and self._admitted[k].answers]
+        rest = sorted((k for k in self._seq if k not in answered), key=self._seq.__getitem__)
+        honoured = []
+        for key in [*sorted(answered, key=lambda k: self._seq.get(k, -1)), *rest]:
+            other = self._pods.get(key)
+            if other is None or other.allocation is None:
+                continue
+            entry = (bound or {}).get(key)
+            if entry is not None and entry[0] == other.uid:
+                with contextlib.suppress(RecordError):
+                    honoured.append((key, decode_record(entry[1], key)))
+                    continue
+            honoured.append((key, other.allocation))
+        problem = record_problem(node, honoured, pod.key, alloc) or unreadable
+        if problem or bound is None:
+            return problem
+        return self._unvouched(pod, alloc, bound.get(pod.key), where)
+
+    @staticmethod
+    def _unvouched(pod: PodInfo, alloc: Allocation, entry: tuple[str, str] | None, where: str) -> str:
+        """Why the ledger's ``entry`` does not vouch for ``pod``'s record ("" if it does). A record
+        anyone can write; the ledger only gpuslice writes."""
+        if entry is None or entry[0] != pod.uid:
+            return f"{where} has no entry for pod {pod.key} (uid {pod.uid}): gpuslice did not bind this record"
+        try:
+            theirs = decode_record(entry[1], pod.key)
+        except RecordError as exc:
+            return f"{where}: its entry for pod {pod.key} is unreadable ({exc})"
+        if theirs.node != alloc.node or theirs.shares != alloc.shares:
+            return f"the pod's record differs from what gpuslice bound ({where})"
+        return ""
 
     def _answer(self, pod: PodInfo, ids: tuple[str, ...]) -> Answer:
         assert pod.allocation is not None
@@ -253,10 +358,18 @@ class Agent:
                 done.calls += 1
                 return done.answers[share]
         try:
+            if not done.answers:
+                problem = self._check(pod, pod.allocation)
+                if problem:
+                    self._refuse("record-refused", "")
+                    raise AdmitError(f"record refused: {problem}")
             result = self._hand_over(pod, pod.allocation, ids)
         except (AdmitError, GpuError) as exc:
             done.failed = str(exc)
             self._publish()
+            self._cluster.event(
+                ObjectRef("Node", self.config.node), "Warning", "GpusliceAllocateFailed", f"pod {pod.key}: {exc}"
+            )
             self._cluster.event(
                 ObjectRef("Pod", pod.name, pod.namespace, pod.uid), "Warning", "GpusliceAllocateFailed", str(exc)
             )
@@ -288,19 +401,40 @@ class Agent:
                 raise AdmitError(f"GPU {gpu.index} is {gpu.uuid}, but the record names {share.uuid}")
             names[share.index] = gpu.uuid
             if share.mode is SharingMode.MPS:
+                # never a share without what enforces its caps: no daemon, no handover
+                problems = self._mps.ensure([gpu.uuid])
+                down = self._mps.down(gpu.uuid)
+                if down:
+                    self._refuse("no-mps-daemon", "")
+                    raise AdmitError(f"GPU {gpu.index}: {'; '.join(problems) or down}; an MPS share needs its caps")
                 pipes[share.index] = self._mps.pipe(gpu.uuid).host_directory
         if len(set(pipes.values())) > 1:
             raise AdmitError("an MPS share over several GPUs cannot reach one control daemon per GPU")
         return answer(self.config, pod.key, alloc, names, pipes, ids[0] if ids else "none")
+
+    def _announce(self, where: Placement | None) -> None:
+        """Write ahead, on the Node, the placement about to be created (None: nothing pending), so
+        an agent killed between the creation and the inventory that lists it finds the instance
+        again as its own. A failed write refuses the creation (AdmitError): nothing is made that a
+        restart could not find."""
+        value = None if where is None else json.dumps([_placement_json(where)], separators=(",", ":"))
+        try:
+            self._cluster.set_node_annotations({self.config.prefix + "mig-intent": value})
+        except GpusliceError as exc:
+            if where is not None:
+                raise AdmitError(f"cannot announce the MIG instance on the Node before making it: {exc}") from exc
+            self.problems.append(f"clear {self.config.prefix}mig-intent: {exc}")
 
     def _mig_name(self, gpu: GpuInfo, share: DeviceShare, pod: str) -> str:
         assert share.mig is not None
         if not gpu.mig_enabled:
             raise AdmitError(f"GPU {gpu.index} has MIG mode off; the agent never changes MIG mode")
         if self._migs.dynamic(gpu):
-            made, fresh = self._migs.instance_for(gpu, share, pod, self._held())
+            made, fresh = self._migs.instance_for(gpu, share, pod, self._held(), self._announce)
+            # before the answer: a restart from here finds the instance listed as ours (else announced)
+            if fresh and self._publish():
+                self._announce(None)
             if fresh:
-                self._publish()  # before the answer: a restart from here finds the instance listed as ours
                 self.problems.extend(self._migs.refresh_cdi())
             return made.uuid
         for inst in self._gpus.mig_instances(gpu.uuid):  # static: the pre-created instance named
@@ -378,12 +512,14 @@ class Agent:
         with self._lock:
             return inventory_annotation(self._node()[0])
 
-    def _publish(self) -> None:
+    def _publish(self) -> bool:
         """Write the inventory if it changed; a failure is a problem of this round, retried next tick."""
         try:
             self._write_inventory()
         except GpusliceError as exc:
             self.problems.append(f"publish inventory: {exc}")
+            return False
+        return True
 
     def _write_inventory(self) -> None:
         node, warnings = self._node()
@@ -435,6 +571,22 @@ class Agent:
     def owners(self) -> dict[str, str]:
         with self._lock:
             return dict(self._owner)
+
+
+def _placement_json(where: Placement) -> dict[str, Any]:
+    return {"gpu": where.gpu_uuid, "slices": where.slices, "slots": where.slots, "start": where.start}
+
+
+def _placements(text: object) -> list[Placement]:
+    """The placements of the write-ahead annotation; anything malformed is left out (logged)."""
+    if not isinstance(text, str) or not text:
+        return []
+    try:
+        body = json.loads(text)
+        return [Placement(str(p["gpu"]), int(p["slices"]), int(p["slots"]), int(p["start"])) for p in body]
+    except (ValueError, TypeError, KeyError):
+        log.warning("the node's mig-intent annotation is malformed; ignored: %r", text[:200])
+        return []
 
 
 def _same_json(a: str, b: str) -> bool:

@@ -46,6 +46,11 @@ class NodeCluster(Protocol):
         """Ask the Eviction API (``policy/v1``) to evict the pod, only if its UID is still
         ``pod.uid``; a GpusliceError says why not (HTTP 429: a PodDisruptionBudget refuses now)."""
 
+    def bound_records(self) -> Mapping[str, tuple[str, str]] | None:
+        """What gpuslice itself bound on this node, from its per-node ledger: pod key -> (pod UID,
+        record text); None where the cluster keeps no ledger (a cluster file). A GpusliceError
+        when the ledger cannot be read now."""
+
     def stop(self) -> None: ...
 
 

@@ -27,7 +27,10 @@ mps:
 cdiRefresh: []                     # a command run after a MIG instance is made or destroyed
 pollSeconds: 2
 admitWaitSeconds: 5                # how long Allocate waits for the pod to show up bound
-metrics: {address: 0.0.0.0, port: 9402}   # /metrics, /healthz, /readyz; port 0: not served
+metrics:                           # /metrics, /healthz, /readyz; port 0: not served
+  address: 127.0.0.1               # loopback unless set (0.0.0.0 for Prometheus and the kubelet's probes)
+  port: 9402
+  podNames: false                  # true: the share series name their pod (pod="name"); else its UID
 measure:                           # use per share, sampled every round (scheduler/agent/sampling.py)
   procRoot: /proc                  # the host's /proc (hostPID): PID -> pod through its cgroup
   publishSeconds: 30               # the usage annotation at most this often, and only on change
@@ -122,8 +125,9 @@ class MpsSettings:
 
 @dataclass(frozen=True, slots=True)
 class MetricsSettings:
-    address: str = "0.0.0.0"
+    address: str = "127.0.0.1"
     port: int = 9402  # 0: no HTTP endpoint
+    pod_names: bool = False  # the share series' pod label: the pod's name if True, else its UID
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,11 +216,15 @@ def _action(path: str, value: object) -> str:
 
 
 def _metrics(raw: object) -> MetricsSettings:
-    body = _keys("agent.metrics", raw, ("address", "port"))
+    body = _keys("agent.metrics", raw, ("address", "port", "podNames"))
     base = MetricsSettings()
+    names = body.get("podNames", base.pod_names)
+    if not isinstance(names, bool):
+        raise ConfigError(f"agent.metrics.podNames: {names!r}; accepted: true or false")
     return MetricsSettings(
         _str("agent.metrics.address", body.get("address", base.address)),
         _int("agent.metrics.port", body.get("port", base.port), 0, 65535),
+        names,
     )
 
 

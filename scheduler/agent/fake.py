@@ -63,6 +63,7 @@ class FakeGpus:
         self._gpus = gpus
         self._events = list(events or [])
         self._fail: str | None = None
+        self._unreadable: dict[str, str] = {}  # GPU UUID -> why its processes cannot be read
         self._lock = threading.Lock()
         self._made = 0
         self.calls: list[str] = []  # every change made: "create ...", "destroy ..."
@@ -143,6 +144,8 @@ class FakeGpus:
 
     def processes(self, gpu_uuid: str) -> tuple[ProcessInfo, ...]:
         with self._lock:
+            if gpu_uuid in self._unreadable:
+                raise GpuError(self._unreadable[gpu_uuid])
             return tuple(self._find(gpu_uuid).processes)
 
     def nvlink_peers(self, gpu_uuid: str) -> tuple[str, ...]:
@@ -165,6 +168,15 @@ class FakeGpus:
         with self._lock:
             if fatal(xid):
                 self._events.append(HealthEvent(self._gpus[index].info.uuid, xid, description))
+
+    def fail_process_reads(self, index: int, problem: str | None) -> None:
+        """NVML cannot list the GPU's processes (``problem``) until called again with None."""
+        with self._lock:
+            uuid = self._gpus[index].info.uuid
+            if problem is None:
+                self._unreadable.pop(uuid, None)
+            else:
+                self._unreadable[uuid] = problem
 
     def fail_next_create(self, problem: str) -> None:
         with self._lock:

@@ -3,9 +3,13 @@
 GPU memory has no cgroup limit: on a time-sliced GPU a pod can take all of it, and on MPS a
 client that ignores its pinned-memory limit can too; the record is then the only guard. So
 every sample, each share's used memory is compared with its allocation (plus
-``overrun.toleranceMiB``). An **episode** starts when a share goes above and ends when it is
-back at or below; a short spike inside ``overrun.graceSeconds`` does nothing. Once an episode
-has lasted the grace period:
+``overrun.toleranceMiB``). The rule, over the grace period as a whole: an **episode** starts at
+the first sample above; it is an **overrun** once it has lasted ``overrun.graceSeconds`` and at
+least half of the samples of the last grace period were above (a dip under the share for a
+sample or two does not reset it); it ends only when a whole grace period holds no sample above.
+So a short spike does nothing, and a pod that dips under its share once per grace period is
+still reported. A sample whose GPU could not be read is unknown: it counts neither above nor
+under (it neither starts, nor feeds, nor ends an episode). Once an episode is an overrun:
 
 * exactly one Warning Event ``GpusliceShareOverrun`` on the pod, with the figures, and a log
   line; the share's ``gpuslice_share_overrun`` gauge is 1 until the episode ends, and
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scheduler.core.errors import GpusliceError
 from scheduler.core.inventory import SharingMode
@@ -46,6 +50,17 @@ class _Episode:
     reported: bool = False
     evicted: bool = False
     next_try: float = 0.0
+    samples: list[tuple[float, bool]] = field(default_factory=list)  # (time, above) within the grace period
+
+    def keep(self, now: float, grace: float, above: bool) -> None:
+        self.samples.append((now, above))
+        self.samples = [(t, a) for t, a in self.samples if now - t <= grace]
+
+    def mostly_above(self) -> bool:
+        return 2 * sum(1 for _, a in self.samples if a) >= len(self.samples)
+
+    def any_above(self) -> bool:
+        return any(a for _, a in self.samples)
 
 
 class Guard:
@@ -64,22 +79,32 @@ class Guard:
         """Compare every share of ``sample`` with its allocation at ``now`` (monotonic seconds).
         A share in the sample comes from a counting record (see :mod:`scheduler.agent.sampling`):
         the pod was bound by gpuslice; the Eviction names its UID, so a pod replaced since is safe."""
-        over = set()
+        seen = set()
+        grace = self._settings.grace_s
         for share in sample.shares:
-            if share.used_memory_mib <= share.allocated_memory_mib + self._settings.tolerance_mib:
+            seen.add(share.key)
+            if not share.measured:
+                continue  # unknown: neither above nor under
+            above = share.used_memory_mib > share.allocated_memory_mib + self._settings.tolerance_mib
+            episode = self._episodes.get(share.key)
+            if episode is None:
+                if not above:
+                    continue
+                episode = self._episodes[share.key] = _Episode(now)
+            episode.keep(now, grace, above)
+            if not episode.any_above():
+                del self._episodes[share.key]  # a whole grace period within its share: the episode is over
                 continue
-            over.add(share.key)
-            episode = self._episodes.setdefault(share.key, _Episode(now))
-            if now - episode.since < self._settings.grace_s:
+            if now - episode.since < grace or not episode.mostly_above():
                 continue
             if not episode.reported:
                 episode.reported = True
                 self._report(share, now - episode.since)
             if self._wants_eviction(share) and not episode.evicted and now >= episode.next_try:
                 episode.evicted = self._evict(share, now - episode.since)
-                episode.next_try = now + self._settings.grace_s
-        for key in set(self._episodes) - over:
-            del self._episodes[key]  # back within its share, or gone: the episode is over
+                episode.next_try = now + grace
+        for key in set(self._episodes) - seen:
+            del self._episodes[key]  # the share is gone
 
     def _action(self, share: ShareUse) -> str:
         if share.mode in ISOLATED:

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from prometheus_client import CollectorRegistry
 
@@ -53,6 +55,8 @@ def measured(sample: Sample, overrunning: set[tuple[str, int]], at: str) -> Meas
     """The sample as the usage annotation has it (figures rounded: see the module)."""
     pods: dict[str, list[MeasuredShare]] = {}
     for share in sample.shares:
+        if not share.measured:
+            continue  # unknown this round (its GPU could not be read): no figure, not a 0
         compute = share.used_compute_milli
         pods.setdefault(share.pod, []).append(
             MeasuredShare(
@@ -90,9 +94,12 @@ class Measure:
         self._published_at: float | None = None
         self.registry: CollectorRegistry = registry(self.view)
         self.writes = 0  # usage annotation writes since start
+        self.refusals: Counter[str] = Counter()  # Allocate refused, by reason (the agent counts them)
 
     def view(self) -> View:
-        return self._view
+        return replace(
+            self._view, refusals=tuple(sorted(self.refusals.items())), pod_names=self._config.metrics.pod_names
+        )
 
     def stray_mib(self) -> dict[str, int]:
         """GPU UUID -> stray memory as published for the extender (rounded up)."""

@@ -4,7 +4,8 @@ Everything is read from the last sample when Prometheus scrapes (a collector, no
 kept up to date), so a pod that is gone has no series at the next scrape: cardinality is
 bounded by the shares and GPUs there are now. Per share, the labels an operator filters by:
 ``namespace``, ``pod``, ``node``, ``gpu`` (index), ``uuid``, ``model``, ``mode`` and
-``mig_profile`` ("" unless MIG).
+``mig_profile`` ("" unless MIG). ``pod`` is the pod's UID unless ``metrics.podNames`` is true:
+the endpoint names no pod unless the operator says so.
 
 ======================================  =====================================================
 gpuslice_share_memory_allocated_mib     memory the share's record gives
@@ -20,6 +21,11 @@ gpuslice_stray_processes                per GPU: how many such processes
 gpuslice_agent_overruns_total           episodes past the grace period, by ``action``:
                                         reported, evicted, eviction_failed
 gpuslice_agent_stray_events_total       Warning Events about stray use sent
+gpuslice_agent_allocate_refused_total   Allocate calls refused, by ``reason``: no-record (a pod
+                                        asks for the share without a record the agent honours,
+                                        so it cannot tell whom it serves), no-pod, record-refused
+                                        (the record fails the checks against the GPUs and the
+                                        other records), no-mps-daemon
 ======================================  =====================================================
 """
 
@@ -48,6 +54,8 @@ class View:
     overrunning: frozenset[tuple[str, int]] = frozenset()
     actions: tuple[tuple[str, int], ...] = ()
     stray_events: int = 0
+    refusals: tuple[tuple[str, int], ...] = ()
+    pod_names: bool = False  # the pod label: the pod's name, else its UID (``metrics.podNames``)
 
 
 class _Collector(Collector):
@@ -77,7 +85,7 @@ class _Collector(Collector):
         for share in view.sample.shares:
             labels = [
                 share.namespace,
-                share.name,
+                share.name if view.pod_names else share.uid,
                 node,
                 str(share.gpu_index),
                 share.gpu_uuid,
@@ -86,12 +94,14 @@ class _Collector(Collector):
                 share.mig_profile,
             ]
             mem_alloc.add_metric(labels, share.allocated_memory_mib)
-            mem_used.add_metric(labels, share.used_memory_mib)
             cpu_alloc.add_metric(labels, share.allocated_compute_milli)
+            overrun.add_metric(labels, 1 if share.key in view.overrunning else 0)
+            if not share.measured:
+                continue  # its GPU could not be read: no figure rather than a 0 that reads as idle
+            mem_used.add_metric(labels, share.used_memory_mib)
             if share.used_compute_milli is not None:
                 cpu_used.add_metric(labels, share.used_compute_milli)
             procs.add_metric(labels, len(share.processes))
-            overrun.add_metric(labels, 1 if share.key in view.overrunning else 0)
         gpu_used = family("gpuslice_gpu_memory_used_mib", "GPU memory of every process on the GPU (NVML).", GPU_LABELS)
         stray_mem = family(
             "gpuslice_stray_memory_mib", "GPU memory of processes no allocation record accounts for.", GPU_LABELS
@@ -118,8 +128,14 @@ class _Collector(Collector):
         )
         events.add_metric([node], view.stray_events)
         yield from (mem_alloc, mem_used, cpu_alloc, cpu_used, procs, overrun, gpu_used, stray_mem, stray_count)
+        refused = CounterMetricFamily(
+            "gpuslice_agent_allocate_refused", "Allocate calls refused, by reason.", labels=["node", "reason"]
+        )
+        for reason, count in view.refusals:
+            refused.add_metric([node, reason], count)
         yield actions
         yield events
+        yield refused
 
 
 def registry(view: Callable[[], View]) -> CollectorRegistry:

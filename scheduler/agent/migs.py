@@ -8,7 +8,7 @@ the agent; every other instance on the GPU is someone else's and stays as it is.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from scheduler.core.allocation import DeviceShare
@@ -47,12 +47,22 @@ class MigInstances:
     def dynamic(self, gpu: GpuInfo) -> bool:
         return gpu.mig_enabled and self._config.sharing_of(gpu.index).mig_strategy == "dynamic"
 
-    def adopt(self, held: Mapping[Placement, str], previous: set[str]) -> None:
-        """At start: the agent's are those a live record names, or its last inventory listed."""
+    def adopt(
+        self,
+        held: Mapping[Placement, str],
+        previous: set[str],
+        intended: Collection[Placement] = (),
+        taken: Collection[str] = (),
+    ) -> None:
+        """At start: the agent's are those a live record names, or its last inventory listed, or
+        that sit at a placement it had announced it was about to create (``intended``: a kill
+        between the creation and the inventory that lists it) unless that inventory listed the
+        instance as someone else's (``taken``)."""
         for gpu in self._gpus.devices():
             if self.dynamic(gpu):
                 for inst in self._gpus.mig_instances(gpu.uuid):
-                    if placement(inst) in held or inst.uuid in previous:
+                    where = placement(inst)
+                    if where in held or inst.uuid in previous or (where in intended and inst.uuid not in taken):
                         self.managed.add(inst.uuid)
 
     def reconcile(self, held: Mapping[Placement, str]) -> list[str]:
@@ -81,10 +91,16 @@ class MigInstances:
         return problems
 
     def instance_for(
-        self, gpu: GpuInfo, share: DeviceShare, pod: str, held: Mapping[Placement, str]
+        self,
+        gpu: GpuInfo,
+        share: DeviceShare,
+        pod: str,
+        held: Mapping[Placement, str],
+        announce: Callable[[Placement], None] = lambda _: None,
     ) -> tuple[MigInfo, bool]:
         """The instance at exactly the record's placement, and whether it was made just now: the
-        agent's own if there, else made after destroying the agent's unheld instances in the way."""
+        agent's own if there, else made after destroying the agent's unheld instances in the way.
+        ``announce`` is told the placement before anything is made (and may refuse by raising)."""
         assert share.mig is not None
         want = Placement(gpu.uuid, share.mig.slices, share.mig.size, share.mig.start)
         end = share.mig.start + share.mig.size
@@ -103,6 +119,7 @@ class MigInstances:
                 raise AdmitError(f"GPU {gpu.index}: slot {share.mig.start} is held by pod {holder}")
             self._gpus.destroy_mig(gpu.uuid, inst.uuid)  # the agent's, and nobody's any more
             self.managed.discard(inst.uuid)
+        announce(want)
         try:
             made = self._gpus.create_mig(gpu.uuid, share.mig.slices, share.mig.size, share.mig.start)
         except GpuError as exc:

@@ -105,6 +105,18 @@ class MpsDaemons:
             return Pipe(self._settings.external_pipe_directory, False)
         return Pipe(self._env(gpu_uuid)["CUDA_MPS_PIPE_DIRECTORY"], True)
 
+    def down(self, gpu_uuid: str) -> str:
+        """Why no daemon would enforce an MPS share's caps on that GPU now ("" if one would)."""
+        if self._external():
+            control = Path(self._settings.external_pipe_directory, "control")
+            if not control.exists():
+                return f"the NVIDIA device plugin's MPS control daemon has no pipe at {control}"
+            return ""
+        running = self._running.get(gpu_uuid)
+        if running is None or running.poll() is not None:
+            return f"the MPS control daemon of {gpu_uuid} is not running"
+        return ""
+
     def ensure(self, gpu_uuids: Sequence[str]) -> list[str]:
         """Start (again) the daemon of every MPS GPU that has none; what went wrong, one line each."""
         if self._external():

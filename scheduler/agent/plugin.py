@@ -117,12 +117,21 @@ class DevicePlugin:
     def _serve(self) -> None:
         self._shutdown()
         self._stop = threading.Event()
-        if self.socket.exists():
-            self.socket.unlink()
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="device-plugin"))
         pb_grpc.add_DevicePluginServicer_to_server(_Servicer(self._agent, self._stop), server)  # type: ignore[no-untyped-call]
-        if not server.add_insecure_port(f"unix://{self.socket.resolve()}"):
-            raise PluginError(f"cannot listen on {self.socket}")
+        try:
+            if self.socket.exists():
+                self.socket.unlink()
+            bound = server.add_insecure_port(f"unix://{self.socket.resolve()}")
+        except (OSError, RuntimeError) as exc:  # grpc raises RuntimeError when it cannot bind
+            server.stop(grace=0)
+            raise PluginError(
+                f"cannot serve the device plugin at {self.socket} ({exc}); is {self.directory} the kubelet's "
+                "device-plugins folder, mounted writable?"
+            ) from exc
+        if not bound:
+            server.stop(grace=0)
+            raise PluginError(f"cannot listen on {self.socket}; is {self.directory} mounted writable?")
         server.start()
         self._server = server
 

@@ -47,15 +47,22 @@ class Owner:
     def in_pod(self) -> bool:
         return bool(self.pod_uid)
 
-    @property
-    def mps_server(self) -> bool:
-        """An MPS control daemon or server: the node's plumbing, not a tenant's process."""
-        return self.command.startswith(MPS_COMMAND)
+    def plumbing(self, own_pod_uid: str) -> bool:
+        """An MPS control daemon or server the node runs: named so (``/proc/<pid>/comm``) **and**
+        outside every pod (a daemon of the host's) or in the agent's own pod (the agent's child,
+        which inherits its cgroup). A name is anyone's to take: a tenant's process called
+        ``nvidia-cuda-mps-server`` in its own pod is measured as the pod's like any other."""
+        if not self.command.startswith(MPS_COMMAND):
+            return False
+        return not self.pod_uid or (bool(own_pod_uid) and self.pod_uid == own_pod_uid)
 
 
 class ProcReader(Protocol):
     def owner(self, pid: int) -> Owner | None:
         """Who runs ``pid``; None when the process is gone (or ``/proc`` shows no such PID)."""
+
+    def own_pod_uid(self) -> str:
+        """The UID of the pod the agent itself runs in ("" when not in a pod)."""
 
 
 def owner_of(cgroup_text: str, command: str = "") -> Owner:
@@ -83,8 +90,14 @@ class ProcFs:
     def __init__(self, root: str | Path = "/proc") -> None:
         self._root = Path(root)
 
+    def own_pod_uid(self) -> str:
+        owner = self._read(self._root / "self")
+        return owner.pod_uid if owner is not None else ""
+
     def owner(self, pid: int) -> Owner | None:
-        base = self._root / str(pid)
+        return self._read(self._root / str(pid))
+
+    def _read(self, base: Path) -> Owner | None:
         try:
             text = (base / "cgroup").read_text(encoding="utf-8", errors="replace")
         except OSError:

@@ -6,8 +6,11 @@ share of that pod's counting record (live, ``bind-phase: bound``, naming this no
 and on a MIG GPU in the instance at the record's placement. A process that maps to no share
 is **stray**: a host process, a pod without a gpuslice record (another scheduler's, or one
 that set ``NVIDIA_VISIBLE_DEVICES=all``), a pod on a GPU or MIG instance its record does not
-name. MPS control daemons and servers are the node's plumbing and count as neither; a PID
-that is gone by the time its cgroup is read is left out of this sample.
+name. Every process is attributed by its cgroup, never by its name: an MPS control daemon or
+server counts as neither share nor stray only when it is the node's (outside every pod, or in
+the agent's own pod, whose child it is: :meth:`~scheduler.agent.procs.Owner.plumbing`); a PID
+that is gone by the time its cgroup is read is left out of this sample. A GPU whose processes
+could not be read gives its shares ``measured=False``: unknown, not idle.
 
 Every share of every counting record is in the sample, with no process too (allocated but
 idle is what an operator wants to see). Compute used is the sum of the processes' SM
@@ -53,6 +56,7 @@ class ShareUse:
     used_memory_mib: int
     used_compute_milli: int | None
     processes: tuple[ProcessUse, ...]
+    measured: bool = True  # False: its GPU's processes could not be read (unknown, not "under")
 
     @property
     def namespace(self) -> str:
@@ -139,17 +143,20 @@ def take(gpus: Gpus, pods: Iterable[PodInfo], procs: ProcReader) -> Sample:
     used_mib: dict[str, int] = {}
     problems: list[str] = []
     instances: dict[str, tuple[MigInfo, ...]] = {}
+    unread: set[str] = set()
+    own = procs.own_pod_uid()
     for gpu in devices:
         try:
             listed = gpus.processes(gpu.uuid)
             instances[gpu.uuid] = gpus.mig_instances(gpu.uuid) if gpu.mig_enabled else ()
         except GpuError as exc:
             problems.append(f"GPU {gpu.index}: processes not read: {exc}")
+            unread.add(gpu.uuid)
             continue
         used_mib[gpu.uuid] = sum(p.used_memory_mib for p in listed)
         for proc in listed:
             owner = procs.owner(proc.pid)
-            if owner is None or owner.mps_server:
+            if owner is None or owner.plumbing(own):
                 continue
             pod = by_uid.get(owner.pod_uid) if owner.in_pod else None
             share = None
@@ -192,8 +199,9 @@ def take(gpus: Gpus, pods: Iterable[PodInfo], procs: ProcReader) -> Sample:
                     share.memory_mib,
                     share.compute_milli,
                     sum(p.memory_mib for p in procs_here),
-                    compute,
+                    None if held.uuid in unread else compute,
                     procs_here,
+                    held.uuid not in unread,
                 )
             )
     return Sample(devices, tuple(shares), tuple(strays), used_mib, tuple(problems))

@@ -318,6 +318,44 @@ def _static_layout(name: str, model: GpuModel, count: int, profiles: dict[str, i
     return per_gpu
 
 
+_MIG_PRODUCT = "-MIG-"
+
+
+def _single_strategy(
+    name: str, labels: Mapping[str, str], count: int | None, allocatable: object
+) -> list[Device] | None:
+    """GPU Feature Discovery's MIG ``single`` strategy presents every MIG instance as a GPU: the
+    product label is ``<GPU>-MIG-<profile>``, ``gpu.count`` and ``nvidia.com/gpu`` count the
+    instances, ``gpu.memory`` is one instance's. Those are MIG slices, not whole GPUs: they are
+    read as static MIG GPUs of that geometry (the fewest GPUs that hold them), so a request for
+    whole GPUs never lands on them. None when the node is not labelled so."""
+    product = labels.get("nvidia.com/gpu.product")
+    text = product if isinstance(product, str) else ""
+    if _MIG_PRODUCT not in text:
+        if labels.get("nvidia.com/mig.strategy") == "single" and text:
+            raise _problem(
+                name,
+                f"label nvidia.com/mig.strategy is single, but nvidia.com/gpu.product {text!r} names no "
+                "MIG profile (<GPU>-MIG-<profile>, as GPU Feature Discovery writes it)",
+            )
+        return None
+    base, _, profile_text = text.rpartition(_MIG_PRODUCT)
+    model = _model(name, base, None, None)
+    profile = _profile(name, model, profile_text)
+    slices = count
+    if slices is None and allocatable is not None:
+        if not str(allocatable).isdigit():
+            raise _problem(name, f"allocatable nvidia.com/gpu must be a whole number, got {allocatable!r}")
+        slices = int(str(allocatable))
+    if not slices:
+        return []
+    gpus = -(-slices // profile.max_count)
+    per_gpu = _static_layout(name, model, gpus, {profile.name: slices})
+    return [
+        Device(str(g), g, model, SharingMode.MIG, mig_instances=tuple(per_gpu[g])) for g in range(gpus) if per_gpu[g]
+    ]
+
+
 def _from_labels(name: str, labels: Mapping[str, str], allocatable: Mapping[str, Any]) -> list[Device]:
     def label_int(key: str) -> int | None:
         value = labels.get(key)
@@ -328,11 +366,11 @@ def _from_labels(name: str, labels: Mapping[str, str], allocatable: Mapping[str,
         return int(value)
 
     memory = label_int("nvidia.com/gpu.memory")
-    model = (
-        _model(name, labels.get("nvidia.com/gpu.product"), memory, None)
-        if labels.get("nvidia.com/gpu.product") or memory
-        else None
-    )
+    product = labels.get("nvidia.com/gpu.product")
+    single = _single_strategy(name, labels, label_int("nvidia.com/gpu.count"), allocatable.get("nvidia.com/gpu"))
+    if single is not None:
+        return single
+    model = _model(name, product, memory, None) if product or memory else None
     count = label_int("nvidia.com/gpu.count")
     mig_counts: dict[str, int] = {}
     for key, value in list(labels.items()) + [(k, v) for k, v in allocatable.items()]:

@@ -431,6 +431,12 @@ class ClusterCache:
             self.expire()
             return {s.node.name: s for s in self.board.states}
 
+    def rejected_records(self, name: str) -> dict[str, str]:
+        """Pod -> why its record on node ``name`` does not count (cheap: one node)."""
+        with self.lock:
+            view = self.nodes.get(name)
+            return {pod: str(e) for pod, e in view.errors.items()} if view is not None and view.errors else {}
+
     def record_errors(self) -> dict[str, dict[str, str]]:
         with self.lock:
             return {

@@ -30,6 +30,7 @@ class Metrics:
         devices: Callable[[], Iterable[tuple[str, DeviceRow]]] | None = None,
         invalid: Callable[[], Mapping[str, str]] | None = None,
         quotas: Callable[[], Iterable[tuple[Quota, Charge]]] | None = None,
+        rejected: Callable[[], Mapping[str, Mapping[str, str]]] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.latency = Histogram(
@@ -58,7 +59,21 @@ class Metrics:
         if devices is not None:
             self.registry.register(_DeviceCollector(devices))
         if invalid is not None:
-            self.registry.register(_InvalidNodes(invalid))
+            self.registry.register(
+                _NodeGauge(
+                    "gpuslice_node_inventory_invalid",
+                    "1 for each node gpuslice does not serve because its GPU inventory is invalid.",
+                    lambda: dict.fromkeys(invalid(), 1.0),
+                )
+            )
+        if rejected is not None:
+            self.registry.register(
+                _NodeGauge(
+                    "gpuslice_records_rejected",
+                    "Allocation records on the node that gpuslice does not count, reasons in the Node's events.",
+                    lambda: {node: float(len(pods)) for node, pods in rejected().items()},
+                )
+            )
 
     def reject(self, reasons: Iterable[str]) -> None:
         self.reject_counts(Tally(reasons))
@@ -122,22 +137,19 @@ class _DeviceCollector(Collector):
         yield unhealthy
 
 
-class _InvalidNodes(Collector):
-    """``gpuslice_node_inventory_invalid{node}`` = 1 for each node whose GPU inventory cannot be
-    read (no pods are placed there until it is fixed); the reason is in the log, the Node's
-    events and ``/debug/nodes``."""
+class _NodeGauge(Collector):
+    """One gauge with a ``node`` label, computed at scrape time from ``values`` (node -> value):
+    ``gpuslice_node_inventory_invalid`` (1 for each node whose GPU inventory cannot be read: no pods
+    are placed there until it is fixed) and ``gpuslice_records_rejected`` (the allocation records on a
+    node that gpuslice does not count). The reasons are in the log, the Node's events and ``/debug/nodes``."""
 
-    def __init__(self, invalid: Callable[[], Mapping[str, str]]) -> None:
-        self._invalid = invalid
+    def __init__(self, name: str, text: str, values: Callable[[], Mapping[str, float]]) -> None:
+        self._name, self._text, self._values = name, text, values
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        gauge = GaugeMetricFamily(
-            "gpuslice_node_inventory_invalid",
-            "1 for each node gpuslice does not serve because its GPU inventory is invalid.",
-            labels=["node"],
-        )
-        for node in sorted(self._invalid()):
-            gauge.add_metric([node], 1.0)
+        gauge = GaugeMetricFamily(self._name, self._text, labels=["node"])
+        for node, value in sorted(self._values().items()):
+            gauge.add_metric([node], value)
         yield gauge
 
 

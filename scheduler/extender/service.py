@@ -61,7 +61,7 @@ class Extender:
         self._parsed: OrderedDict[tuple[str, str], PodRequest | RequestError] = OrderedDict()
         self._recent: OrderedDict[str, PodRequest] = OrderedDict()  # uid -> request seen in filter
         self._seen: OrderedDict[str, None] = OrderedDict()  # pods the policies were told of
-        self.metrics = Metrics(self._device_rows, self.cache.unusable, self.cache.quota_use)
+        self.metrics = Metrics(self._device_rows, self.cache.unusable, self.cache.quota_use, self.cache.record_errors)
         self.answers = Answers()
         self.names = NameLists()  # NodeNames arrays met lately, for parse_args and the answers
         self.synced = False  # the first full sync is in (the verbs answer "not ready" before)
@@ -69,7 +69,9 @@ class Extender:
 
     def start(self) -> None:
         """The backend's first full sync (it returns once every node and pod is in), then its watch."""
-        self.backend.start(reporting_invalid_nodes(self.cache.on_change, self.cache.problem, self.backend))
+        self.backend.start(
+            reporting_invalid_nodes(self.cache.on_change, self.cache.problem, self.backend, self.cache.rejected_records)
+        )
         self.synced = True
 
     def stop(self) -> None:

@@ -58,6 +58,7 @@ AGENT_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("watch", "", "pods"),
         ("create", "", "events"),
         ("create", "", "pods/eviction"),  # the overrun guard, with overrun.action: evict only
+        ("get", "", "configmaps"),  # gpuslice's ledger of its node, in gpuslice's namespace only (a Role)
     }
 )
 

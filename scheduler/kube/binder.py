@@ -7,8 +7,9 @@ Steps, for pod P and node N:
    compare-and-set): read the ledger and the pods bound to N; drop entries whose pod is
    gone, terminal, of another uid, bound elsewhere, or unbound for longer than
    ``stale_allocation_s``; hand ``decide`` the union of the ledger's records and the
-   records of the live pods on N; write the ledger with P's entry (phase allocating),
-   guarded by the resourceVersion read. 409 -> re-read and decide again, a bounded number
+   records of the live pods on N (for a pod the ledger holds, the ledger's record: a record
+   edited on the pod after its bind does not free the share it holds); write the ledger with
+   P's entry (phase allocating), guarded by the resourceVersion read. 409 -> re-read and decide again, a bounded number
    of times with jittered, doubling waits.
 3. Merge-patch P's annotations (``record_annotations``, phase allocating).
 4. Create the Binding, with P's uid as precondition and ``bind-phase: bound`` in its
@@ -276,7 +277,9 @@ class Binder:
                 keep = self._still_reserving(key, entry, node)
             if keep:
                 kept[key] = entry
-                records.setdefault(key, entry.record)
+                # what gpuslice bound wins over what the pod says now: a record edited after the
+                # bind (while the update webhook was down) must not free the share the pod holds
+                records[key] = entry.record
         return kept, sorted(records.items())
 
     def _still_reserving(self, key: str, entry: Entry, node: str) -> bool:

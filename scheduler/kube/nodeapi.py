@@ -1,4 +1,5 @@
-"""The node agent's calls to the API server: its own Node, the pods bound to it, Events, evictions.
+"""The node agent's calls to the API server: its own Node, the pods bound to it, Events, evictions,
+and gpuslice's ledger of the node (read only: what gpuslice itself bound there).
 
 Implements ``scheduler.agent.cluster.NodeCluster`` (by shape: the agent never imports this
 package; the composition root builds this and hands it in). Every call is in
@@ -21,6 +22,7 @@ from .api import AGENT_API_CALLS, KubeApi
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import KubeError
 from .events import NODE_EVENTS_NAMESPACE, event
+from .ledger import LedgerStore
 from .options import KubeOptions
 from .reflector import Reflector
 
@@ -97,6 +99,12 @@ class NodeApi:
         body = event(involved, namespace, kind, reason, message, self._clock.now(), COMPONENT, self.node)
         with contextlib.suppress(KubeError):  # an Event is best effort: the agent's log says the same
             self._api.create_event(namespace, body)
+
+    def bound_records(self) -> dict[str, tuple[str, str]]:
+        """gpuslice's ledger of this node (``gpuslice-node-<node>`` in gpuslice's namespace): pod key ->
+        (UID, record). An absent ledger is an empty one; a failed read is a KubeError."""
+        ledger = LedgerStore(self._api, self._options.namespace, self._options.prefix).read(self.node)
+        return {key: (entry.uid, entry.record) for key, entry in ledger.entries.items()}
 
     def evict(self, pod: Any) -> None:
         """``pod`` has name, namespace and uid (scheduler.agent.cluster.ObjectRef); the KubeError

@@ -27,8 +27,11 @@
 A pod with neither a GPU request nor such annotations gets an empty reply: allowed, no patch.
 A malformed request is denied with the core parser's message (key, value, accepted forms).
 
-``validate`` (CREATE) denies the same malformed requests, and output annotations or a
-hand-written device environment that survived mutation; (UPDATE) denies a change to the
+``validate`` (CREATE) denies the same malformed requests, output annotations or a
+hand-written device environment that survived mutation, and the agent's share resource
+(``share_resource``, else ``<prefix>share``) on a pod whose ``spec.schedulerName`` is not
+gpuslice's: only a pod gpuslice places has the record the agent hands over, so on any other
+pod the resource could only make the agent's ``Allocate`` wonder which pod it serves; (UPDATE) denies a change to the
 output annotations by anyone but gpuslice itself (``trusted_users`` / ``trusted_groups``):
 kubelet re-reads a downward-API annotation whenever a container restarts, so an edited
 ``visible-devices`` would otherwise hand the container another pod's GPU.
@@ -478,6 +481,33 @@ def mutate(body: object, config: WebhookConfig | None = None) -> Reply:
     return _reply(req.uid, _mutate_pod(req, config))
 
 
+def share_resource_of(config: WebhookConfig) -> str:
+    """The node agent's resource: the configured one, else ``<prefix>share`` (the agent's default),
+    so a pod that asks for it is caught even where the webhook runs without the agent's setting."""
+    return config.share_resource or config.prefix + "share"
+
+
+def _share_elsewhere(pod: Mapping[str, Any], config: WebhookConfig) -> _Decision | None:
+    """A denial when a container asks for the agent's share resource but gpuslice does not place the pod."""
+    resource = share_resource_of(config)
+    current = _spec(pod).get("schedulerName")
+    if current == config.scheduler_name:
+        return None
+    for section, index, container in _containers(_spec(pod)):
+        resources = container.get("resources")
+        for part in ("limits", "requests"):
+            values = resources.get(part) if isinstance(resources, Mapping) else None
+            if isinstance(values, Mapping) and str(values.get(resource, "0")).strip() not in ("0", ""):
+                return _Decision(
+                    allowed=False,
+                    code=_DENIED_FORBIDDEN,
+                    message=f"spec.{section}[{index}].resources.{part} {resource}: only pods placed by "
+                    f"spec.schedulerName {config.scheduler_name!r} may ask for the node agent's share "
+                    f"(this pod names {current!r}); remove the resource or let gpuslice place the pod",
+                )
+    return None
+
+
 def validate(body: object, config: WebhookConfig | None = None) -> Reply:
     """The validating webhook: AdmissionReview v1 (a parsed JSON body) in, reply out."""
     config = config or WebhookConfig()
@@ -491,6 +521,9 @@ def validate(body: object, config: WebhookConfig | None = None) -> Reply:
         return _reply(req.uid, _validate_update(req, config))
     if req.operation != "CREATE":
         return _reply(req.uid, _Decision())
+    denied = _share_elsewhere(req.obj, config)
+    if denied is not None:
+        return _reply(req.uid, denied)
     if not concerns_gpuslice(req.obj, config.prefix):
         return _reply(req.uid, _Decision())
     decision = _validate_create(req, config)

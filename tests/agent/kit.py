@@ -169,6 +169,8 @@ class Cluster:
         self.slow_termination = False  # an evicted pod stays, terminating (a long grace period)
         self._follower: Callable[[Change], None] | None = None
         self.lagging = False  # the agent's watch does not see pod changes (a slow watch)
+        self.ledger: dict[str, tuple[str, str]] = {}  # what gpuslice bound (pod -> uid, record), as its ledger
+        self.ledger_error = ""  # the ledger cannot be read, while set
 
     # ------------------------------------------------------------ NodeCluster
 
@@ -207,6 +209,11 @@ class Cluster:
 
     def event(self, about: ObjectRef, kind: str, reason: str, message: str) -> None:
         self.events.append((about, kind, reason, message))
+
+    def bound_records(self) -> Mapping[str, tuple[str, str]] | None:
+        if self.ledger_error:
+            raise GpusliceError(self.ledger_error)
+        return dict(self.ledger)
 
     def evict(self, pod: ObjectRef) -> None:
         self.evictions.append(pod)
@@ -277,6 +284,8 @@ class Cluster:
         body = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": self.node}
         error = self.extender.bind(wire.parse_binding(json.dumps(body).encode()))
         assert not error, error
+        # what gpuslice's ledger holds after a bind: the pod's UID and the record it wrote
+        self.ledger[key] = (meta["uid"], self.backend.pods()[key]["metadata"]["annotations"][PREFIX + "allocation"])
         return self.record(key)
 
     def record(self, key: str) -> Allocation:

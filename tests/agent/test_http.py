@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from scheduler.agent.http import Health, MetricsServer
-from tests.agent.kit import Cluster, FakeProc, fake_gpus, make_agent
+from scheduler.core.errors import ConfigError
+from tests.agent.kit import Cluster, FakeProc, agent_config, fake_gpus, make_agent, pod_uid
 
 
 def get(port: int, path: str) -> tuple[int, str]:
@@ -38,7 +39,9 @@ def test_metrics_and_probes_over_http(tmp_path: Path) -> None:
         status, body = get(server.port, "/metrics")
         assert status == 200
         assert 'gpuslice_share_memory_used_mib{gpu="0",mig_profile="",mode="time-slicing",model="L4"' in body
-        assert body.count('pod="web"') == 6  # allocated and used memory and compute, processes, overrun
+        # by default the series name no pod: the pod label is its UID
+        assert 'pod="web"' not in body
+        assert body.count(f'pod="{pod_uid("web")}"') == 6  # allocated and used memory and compute, processes, overrun
         assert get(server.port, "/readyz") == (503, "starting")
         health.started = True
         assert get(server.port, "/readyz") == (200, "ready")
@@ -103,3 +106,14 @@ def test_the_running_agent_serves_metrics_and_probes_on_its_configured_port(tmp_
     assert not thread.is_alive()
     with pytest.raises(OSError):
         get(port, "/metrics")  # stopped with the agent
+
+
+def test_the_endpoint_listens_on_loopback_and_names_no_pod_unless_configured(tmp_path: Path) -> None:
+    from scheduler.agent.config import MetricsSettings
+
+    default = agent_config(tmp_path).metrics
+    assert (default.address, default.pod_names) == ("127.0.0.1", False) == (MetricsSettings().address, False)
+    chosen = agent_config(tmp_path, metrics={"address": "0.0.0.0", "podNames": True}).metrics
+    assert (chosen.address, chosen.pod_names) == ("0.0.0.0", True)
+    with pytest.raises(ConfigError, match=r"agent\.metrics\.podNames: 'yes'; accepted: true or false"):
+        agent_config(tmp_path, metrics={"podNames": "yes"})

@@ -64,8 +64,16 @@ def test_the_reader_reads_a_proc_directory_and_a_gone_pid_is_none(tmp_path: Path
     (tmp_path / "42" / "cgroup").write_text(f"0::/kubepods/burstable/pod{UID}/{CID}\n")
     (tmp_path / "42" / "comm").write_text("nvidia-cuda-mps\n")
     owner = ProcFs(tmp_path).owner(42)
-    assert owner == Owner(UID, CID, "nvidia-cuda-mps") and owner.mps_server
+    assert owner == Owner(UID, CID, "nvidia-cuda-mps")
+    # named like the MPS daemon, but in a pod's cgroup: not the node's plumbing, unless it is the agent's pod
+    assert not owner.plumbing("") and not owner.plumbing("another-uid") and owner.plumbing(UID)
+    assert Owner("", "", "nvidia-cuda-mps").plumbing("")  # the host's own daemon
+    assert not Owner("", "", "python3").plumbing("")
     assert ProcFs(tmp_path).owner(43) is None
+    assert ProcFs(tmp_path).own_pod_uid() == ""  # no "self": the agent is not in a pod
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "cgroup").write_text(f"0::/kubepods/burstable/pod{UID}/{CID}\n")
+    assert ProcFs(tmp_path).own_pod_uid() == UID
 
 
 def test_the_reader_reads_this_machines_proc() -> None:

@@ -278,3 +278,58 @@ def test_every_accepted_key_is_read() -> None:
     assert device.mig_instances[0].uuid == "MIG-m-3g" and device.mig_allowed == ("3g.40gb",)
     assert (device.healthy, device.unhealthy_reason, device.stray_memory_mib) == (False, "XID 79", 512)
     assert parsed.linked(0, 1) and (parsed.mps_compute_oversub_pct, parsed.ts_memory_oversub_pct) == (150, 200)
+
+
+def single_strategy_node(slices: int = 56, product: str = "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb") -> dict[str, Any]:
+    """An 8-GPU A100-80GB node as GPU Feature Discovery labels it under the MIG ``single``
+    strategy: every 1g.10gb instance presented as a GPU (8 GPUs x 7 instances = 56)."""
+    return node(
+        labels={
+            "nvidia.com/mig.strategy": "single",
+            "nvidia.com/gpu.product": product,
+            "nvidia.com/gpu.count": str(slices),
+            "nvidia.com/gpu.memory": "9728",
+        },
+        allocatable={"nvidia.com/gpu": str(slices)},
+    )
+
+
+def test_gfd_single_strategy_slices_are_mig_instances_not_whole_gpus() -> None:
+    parsed = parse_node(single_strategy_node())
+    # 56 instances of 1g.10gb, at most 7 per A100-80GB: 56 / 7 = 8 GPUs in MIG mode
+    assert len(parsed.devices) == 8
+    assert {d.mode for d in parsed.devices} == {SharingMode.MIG}
+    assert {d.model.name for d in parsed.devices} == {"A100-80GB"}
+    assert [len(d.mig_instances) for d in parsed.devices] == [7] * 8
+    assert {i.profile.name for d in parsed.devices for i in d.mig_instances} == {"1g.10gb"}
+
+
+def test_gfd_single_strategy_without_a_profile_in_the_product_is_an_error() -> None:
+    with pytest.raises(InventoryError, match=r"mig\.strategy is single, but nvidia\.com/gpu\.product"):
+        parse_node(single_strategy_node(product="NVIDIA-A100-SXM4-80GB"))
+
+
+@pytest.mark.parametrize(
+    "container",
+    [
+        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "16"}}},  # the device plugin's plain request
+        {"name": "c"},  # with the annotation below
+    ],
+)
+def test_whole_gpus_never_land_on_single_strategy_slices(container: dict[str, Any]) -> None:
+    from scheduler.core.fit import fit
+    from scheduler.core.request import parse_pod
+    from scheduler.core.state import NodeState
+
+    state = NodeState.empty(parse_node(single_strategy_node()))
+    annotations = {} if "resources" in container else {"gpuslice.io/gpu-count": "16"}
+    demand = parse_pod({"metadata": {"name": "p", "annotations": annotations}, "spec": {"containers": [container]}})
+    found = fit(demand.demand, state)
+    # before: 16 "GPUs" taken from the 56 slices; now whole GPUs need a GPU not partitioned by MIG
+    assert not found and "partitioned by MIG" in found.reason
+    # a slice asked for as one still fits there
+    slice_pod = {
+        "metadata": {"name": "q", "annotations": {"gpuslice.io/mig-profile": "1g.10gb"}},
+        "spec": {"containers": [{"name": "c"}]},
+    }
+    assert fit(parse_pod(slice_pod).demand, state)

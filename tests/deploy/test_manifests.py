@@ -39,6 +39,8 @@ MODELS: dict[tuple[str, str], type[BaseModel]] = {
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): k8s.V1MutatingWebhookConfiguration,
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): k8s.V1ValidatingWebhookConfiguration,
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): k8s.V1CustomResourceDefinition,
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): k8s.V1ValidatingAdmissionPolicy,
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): k8s.V1ValidatingAdmissionPolicyBinding,
 }
 
 # ---------------------------------------------------------------- schemas without a client model
@@ -572,6 +574,8 @@ def test_namespaced_objects_sit_in_gpuslice_namespace() -> None:
             "ClusterRoleBinding",
             "MutatingWebhookConfiguration",
             "ValidatingWebhookConfiguration",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "Kustomization",
             "CustomResourceDefinition",
         ):

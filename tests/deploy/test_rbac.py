@@ -94,6 +94,7 @@ def test_no_other_roles() -> None:
         ("Role", "gpuslice"),
         ("Role", "gpuslice-scheduler-leader-election"),
         ("ClusterRole", "gpuslice-agent"),
+        ("Role", "gpuslice-agent-ledgers"),
         ("ClusterRole", "gpuslice-defrag"),
     }
     assert set(bound_roles()) == {
@@ -115,8 +116,13 @@ def test_the_ledgers_live_where_the_role_lets_gpuslice_write_them() -> None:
 
 def test_the_agent_role_grants_exactly_the_calls_of_the_node_api() -> None:
     from scheduler.kube.api import AGENT_API_CALLS
+    from scheduler.kube.options import KubeOptions
 
-    granted = expand(find("ClusterRole", "gpuslice-agent")["rules"])
+    cluster = expand(find("ClusterRole", "gpuslice-agent")["rules"])
+    # the ledgers: read only, and only in gpuslice's namespace
+    ledgers = expand(find("Role", "gpuslice-agent-ledgers", namespace=KubeOptions().namespace)["rules"])
+    assert ledgers == [("get", "", "configmaps")]
+    granted = cluster + ledgers
     assert len(granted) == len(set(granted))
     assert set(granted) == set(AGENT_API_CALLS)
     assert bound_roles("gpuslice-agent") == {
@@ -124,7 +130,12 @@ def test_the_agent_role_grants_exactly_the_calls_of_the_node_api() -> None:
             "apiGroup": "rbac.authorization.k8s.io",
             "kind": "ClusterRole",
             "name": "gpuslice-agent",
-        }
+        },
+        ("RoleBinding", KubeOptions().namespace, "gpuslice-agent-ledgers"): {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "gpuslice-agent-ledgers",
+        },
     }
     daemonset = find("DaemonSet", "gpuslice-agent")
     assert daemonset["spec"]["template"]["spec"]["serviceAccountName"] == "gpuslice-agent"

@@ -9,7 +9,7 @@ import pytest
 
 from scheduler.core.errors import ConfigError
 from scheduler.core.request import GpuKind, parse_pod
-from scheduler.webhook import WebhookConfig, mutate
+from scheduler.webhook import WebhookConfig, mutate, validate
 from tests.deploy.reviews import container, patched, pod, review
 
 P = "gpuslice.io/"
@@ -80,3 +80,24 @@ def test_the_setting_comes_from_the_environment_and_is_checked() -> None:
     assert WebhookConfig.from_env({}).share_resource == ""
     with pytest.raises(ConfigError, match="shareResource"):
         WebhookConfig(share_resource="nvidia.com/gpu")
+
+
+@pytest.mark.parametrize("config", [WITH_AGENT, WebhookConfig()], ids=["agent-configured", "default-name"])
+@pytest.mark.parametrize("scheduler", ["default-scheduler", "volcano", None])
+def test_the_share_resource_is_refused_on_a_pod_gpuslice_does_not_place(
+    config: WebhookConfig, scheduler: str | None
+) -> None:
+    # no GPU annotation, no nvidia.com resource: only the agent's resource, by another scheduler
+    obj = pod(containers=[container("app", limits={SHARE: "1"})], scheduler_name=scheduler)
+    reply = validate(review(obj), config)
+    assert reply.response["allowed"] is False
+    assert reply.response["status"]["code"] == 403
+    message = reply.response["status"]["message"]
+    assert f"spec.containers[0].resources.limits {SHARE}" in message and "'gpuslice'" in message
+
+
+def test_the_share_resource_on_a_pod_gpuslice_places_is_allowed() -> None:
+    obj = pod(
+        {P + "gpu-fraction": "0.5"}, containers=[container("app", limits={SHARE: "1"})], scheduler_name="gpuslice"
+    )
+    assert validate(review(obj), WITH_AGENT).response["allowed"] is True

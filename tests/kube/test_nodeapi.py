@@ -4,6 +4,7 @@ declared calls."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any
@@ -64,6 +65,15 @@ def test_the_node_api_reads_and_writes_only_its_own_node_and_pods() -> None:
         assert eviction["apiVersion"] == "policy/v1" and eviction["kind"] == "Eviction"
         assert eviction["deleteOptions"] == {"preconditions": {"uid": "uid-new"}}
         assert server.pod("default", "new") is None
+        assert api.bound_records() == {}  # no ledger yet: gpuslice bound nothing here
+        entry = {"uid": "uid-1", "record": '{"node":"gpu-1"}', "phase": "bound", "time": "2026-01-01T00:00:00Z"}
+        server.put_configmap(
+            {
+                "metadata": {"name": "gpuslice-node-gpu-1", "namespace": "gpuslice"},
+                "data": {"ledger": json.dumps({"default/mine": entry})},
+            }
+        )
+        assert api.bound_records() == {"default/mine": ("uid-1", '{"node":"gpu-1"}')}
         api.stop()
         events = server.objects("events")
         (event,) = events

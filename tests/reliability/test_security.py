@@ -367,3 +367,26 @@ def test_the_container_runs_unprivileged() -> None:
         assert context["readOnlyRootFilesystem"] is True, container["name"]
         assert context["capabilities"]["drop"] == ["ALL"] and not context["capabilities"].get("add")
         assert context.get("privileged") in (None, False)
+
+
+def test_a_record_edited_after_its_bind_does_not_free_the_share_it_holds(
+    api: CountingApiServer, replicas: Make
+) -> None:
+    api.put_node(node_json("ex1", gpus=2, mode="exclusive"))
+    first = api.put_pod(pod_json("first", gpu_count="1"))
+    replica = replicas()
+    wait_for(lambda: "default/first" in replica.extender.cache.pods, "the pod")
+    assert replica.client.bind(first, "ex1") == ""
+    held = json.loads((api.pod("default", "first") or {})["metadata"]["annotations"][PREFIX + "allocation"])
+    index = held["devices"][0]["index"]
+    # while the update webhook is down, the pod's record is edited to claim the other GPU instead
+    edited = json.loads(json.dumps(held))
+    edited["devices"][0]["index"] = 1 - index
+    edited["devices"][0]["uuid"] = f"ex1-gpu{1 - index}"
+    api.patch_pod("default", "first", {"metadata": {"annotations": {PREFIX + "allocation": json.dumps(edited)}}})
+    second = api.put_pod(pod_json("second", gpu_count="1"))
+    wait_for(lambda: "default/second" in replica.extender.cache.pods, "the second pod")
+    # the bind decides against gpuslice's ledger: the GPU the first pod really holds is not given again
+    assert replica.client.bind(second, "ex1") == ""
+    got = json.loads((api.pod("default", "second") or {})["metadata"]["annotations"][PREFIX + "allocation"])
+    assert got["devices"][0]["index"] == 1 - index  # the GPU the edit pretended to take, really free
