@@ -112,6 +112,11 @@ def test_every_quoted_inspect_runs(served: tuple[str, list[str]], command: tuple
     if "-o" in command and command[command.index("-o") + 1] in ("json", "yaml"):
         parsed = json.loads(out) if command[command.index("-o") + 1] == "json" else yaml.safe_load(out)
         assert parsed
+    elif "--quotas" in command:
+        # the example cluster's GPUQuota of team-a, with what its bound pods hold of it
+        lines = out.splitlines()
+        assert lines[0].split() == ["NAMESPACE", "QUOTA", "MODEL", "MEMORY", "COMPUTE", "GPUS", "OVER"]
+        assert lines[1].split()[:3] == ["team-a", "team-a", "*"] and lines[1].split()[-1] == "no"
     else:
         assert out.splitlines()[0].split()[:3] == ["NODE", "GPU", "UUID" if "wide" in command else "MODE"]
         if "wide" not in command:

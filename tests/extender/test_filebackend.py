@@ -71,8 +71,9 @@ def test_example_file_loads_and_reports_everything() -> None:
     fb.start(seen.append)
     assert fb.ready()
     kinds = [c.kind for c in seen]
-    assert kinds.count(Kind.NODE) == 6 and kinds.count(Kind.POD) == 13
-    assert kinds.index(Kind.POD) == 6  # nodes first
+    assert kinds.count(Kind.NODE) == 6 and kinds.count(Kind.POD) == 13 and kinds.count(Kind.QUOTA) == 1
+    last_node = max(i for i, k in enumerate(kinds) if k is Kind.NODE)
+    assert last_node < kinds.index(Kind.POD)  # nodes first
 
 
 def test_yaml_and_other_kinds(tmp_path: Path) -> None:
