@@ -24,10 +24,11 @@ from scheduler.webhook import WebhookConfig, validate_eviction
 from scheduler.webhook.review import NODE_NAME_EXTRA
 from scheduler.webhook.routes import mount
 from tests.deploy.manifests import find
-from tests.deploy.reviews import AGENT, EVICTION_UID as UID, eviction_review
+from tests.deploy.reviews import AGENT, EVICTION_UID, eviction_review
 from tests.deploy.test_rbac import account
 from tests.extender.kit import PREFIX, cluster_file, k8s_node, k8s_pod
 from tests.extender.test_cache import with_record
+
 
 def config_with(placements: dict[str, Placement], synced: bool = True) -> WebhookConfig:
     def placement(namespace: str, name: str) -> Placement:
@@ -44,7 +45,7 @@ COUNTED = Placement(synced=True, known=True, node="gpu-a", counted=True)
 def answer(body: dict[str, Any], config: WebhookConfig) -> dict[str, Any]:
     reply = validate_eviction(body, config)
     assert reply.status == 200
-    assert reply.response["uid"] == UID
+    assert reply.response["uid"] == EVICTION_UID
     return reply.response
 
 
@@ -60,7 +61,7 @@ def denial(body: dict[str, Any], config: WebhookConfig) -> str:
 
 def test_the_agent_may_evict_a_pod_gpuslice_placed_on_its_own_node() -> None:
     response = answer(eviction_review(nodes=["gpu-a"]), config_with({"team-a/train": COUNTED}))
-    assert response == {"uid": UID, "allowed": True}
+    assert response == {"uid": EVICTION_UID, "allowed": True}
 
 
 def test_a_pod_on_another_node_is_refused_naming_both_nodes() -> None:

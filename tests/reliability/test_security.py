@@ -34,8 +34,8 @@ from scheduler.filebackend import FileBackend, example_path
 from scheduler.webhook import mutate, validate
 from scheduler.webhook.routes import MAX_BODY_BYTES
 from tests.deploy.manifests import find
-from tests.deploy.reviews import pod as review_pod
 from tests.deploy.reviews import eviction_review, review
+from tests.deploy.reviews import pod as review_pod
 
 from .harness import PREFIX, REPO, CountingApiServer, Replica, cache_view, node_json, pod_json, wait_for
 
