@@ -167,7 +167,7 @@ def test_the_service_allows_its_own_pod_on_the_agents_node(served: tuple[Extende
 def test_the_service_refuses_a_pod_another_scheduler_bound(served: tuple[Extender, FileBackend]) -> None:
     extender, _ = served
     message = over_http(extender, eviction_review("stranger", nodes=["gpu-a"]))["status"]["message"]
-    assert "team-a/stranger on node gpu-a holds no allocation record gpuslice counts" in message
+    assert "team-a/stranger on node gpu-a holds no allocation record gpuslice counts (no bound record" in message
     message = over_http(extender, eviction_review("gone", nodes=["gpu-a"]))["status"]["message"]
     assert "team-a/gone is not known to gpuslice" in message
 
