@@ -48,6 +48,24 @@ class PodRef:
 
 
 @dataclass(frozen=True, slots=True)
+class Placement:
+    """What the service's cluster state says of one pod, for the admission of a node agent's
+    eviction of it (the webhook asks; the extender, which keeps the state, answers).
+
+    ``synced`` False: the first full sync is not in, or the watch is down; nothing else is known.
+    ``known``: the pod is in the cache. ``node``: its ``spec.nodeName`` ("" while pending).
+    ``counted``: gpuslice counts a bound allocation record of the pod on ``node``; else
+    ``why_not`` says why it counts none.
+    """
+
+    synced: bool
+    known: bool = False
+    node: str = ""
+    counted: bool = False
+    why_not: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class BindResult:
     """``allocation`` on success; otherwise ``error`` says why (the pod is then requeued)."""
 

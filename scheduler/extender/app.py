@@ -166,8 +166,9 @@ def create_app(extender: Extender, mounts: Sequence[Mount] = ()) -> Verbs:
     for mount in mounts:
         mount(app)
     webhook = getattr(app.state, "webhook_config", None)
-    if webhook is not None:  # the webhook warns of a pod its namespace's GPU quota can never admit
-        app.state.webhook_config = replace(webhook, quota_advice=extender.quota_advice)
+    if webhook is not None:  # the webhook warns of a pod its namespace's GPU quota can never admit,
+        # and checks the node agent's evictions against the cluster state
+        app.state.webhook_config = replace(webhook, quota_advice=extender.quota_advice, placement=extender.placement)
 
     def verb(name: str, handle: Callable[[bytes], Awaitable[bytes]], on_error: Callable[[str], bytes]) -> Verb:
         observe = metrics.latency.labels(name).observe

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler import logs
-from scheduler.backend import Change, Kind
+from scheduler.backend import Change, Kind, Placement
 from scheduler.core.allocation import Allocation, decode_record, encode_record
 from scheduler.core.board import Board
 from scheduler.core.errors import InventoryError, QuotaError, RecordError
@@ -417,6 +417,25 @@ class ClusterCache:
 
     def key_of_uid(self, uid: str) -> str | None:
         return self._uids.get(uid)
+
+    def placement(self, key: str) -> Placement:
+        """Where the pod ``key`` runs and whether its bound record counts there (see :class:`Placement`)."""
+        pod = self.pods.get(key)
+        if pod is None:
+            return Placement(synced=True)
+        if pod.holding is None:
+            why = "no bound record: it has none, it is not bound yet, or it has ended" if pod.node else "not bound"
+            return Placement(synced=True, known=True, node=pod.node, why_not=why)
+        view = self.nodes.get(pod.node)
+        if self._counted.get(key) != (pod.node, pod.holding) or view is None or key not in view.records:
+            return Placement(synced=True, known=True, node=pod.node, why_not="its record is not counted")
+        if view.node is None:
+            why = f"its node is not usable to gpuslice: {view.problem or 'no GPU inventory'}"
+            return Placement(synced=True, known=True, node=pod.node, why_not=why)
+        error = view.errors.get(key)
+        if error is not None:
+            return Placement(synced=True, known=True, node=pod.node, why_not=f"its record is rejected: {error}")
+        return Placement(synced=True, known=True, node=pod.node, counted=True)
 
     def usage(self, name: str) -> str:
         view = self.nodes.get(name)

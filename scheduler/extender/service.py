@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from scheduler import logs
-from scheduler.backend import Backend, PodRef
+from scheduler.backend import Backend, Placement, PodRef
 from scheduler.core.allocation import Allocation
 from scheduler.core.board import Outcomes, Status
 from scheduler.core.errors import RecordError, RequestError
@@ -467,6 +467,15 @@ class Extender:
                 self._reported[key] = status
                 written += 1
         return written
+
+    def placement(self, namespace: str, name: str) -> Placement:
+        """For the admission webhook (the node agent's evictions): where the pod runs and whether
+        gpuslice counts its bound record there; nothing is known before the first sync or while
+        the watch is down."""
+        if not (self.synced and self.backend.ready()):
+            return Placement(synced=False)
+        with self.cache.lock:
+            return self.cache.placement(pod_key(namespace, name))
 
     def quota_advice(self, namespace: str, gpu: GpuRequest) -> str | None:
         """For the admission webhook: a warning when a pod asking ``gpu`` could never fit its

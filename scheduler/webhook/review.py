@@ -49,6 +49,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from scheduler.backend import Placement
 from scheduler.core.errors import ConfigError, GpusliceError, RequestError
 from scheduler.core.inventory import SharingMode
 from scheduler.core.policies import REGISTRY
@@ -60,6 +61,9 @@ DEFAULT_SCHEDULER_NAME: Final = "gpuslice"
 # The name the API server writes into spec.schedulerName when a pod names none.
 KUBE_DEFAULT_SCHEDULER: Final = "default-scheduler"
 OPERATIONS: Final = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+# The user-info extra in which the API server names the node of the pod a service account token
+# was bound to (Kubernetes 1.30+; a token not bound to a pod on a node has none).
+NODE_NAME_EXTRA: Final = "authentication.kubernetes.io/node-name"
 
 # Annotations gpuslice writes on pods (the node-only ``inventory`` excluded).
 POD_OUTPUT_KEYS: Final = tuple(sorted(OUTPUT_KEYS - {"inventory"}))
@@ -98,6 +102,9 @@ class WebhookConfig:
     # (namespace, GPU request) -> a warning when the pod could never fit its namespace's GPU
     # quota (the service that serves the webhook knows the quotas); None: no such check
     quota_advice: Callable[[str, GpuRequest], str | None] | None = field(default=None, compare=False)
+    # (namespace, pod name) -> what the service's cluster state says of the pod, for the node
+    # agent's evictions; None: no cluster state here, and every such eviction is refused
+    placement: Callable[[str, str], Placement] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.share_resource and (
@@ -156,6 +163,9 @@ class _Request:
     old: Mapping[str, Any] | None
     username: str
     groups: frozenset[str]
+    name: str = ""  # request.name: the object's, or for a subresource its parent's (the pod an Eviction evicts)
+    sub_resource: str = ""
+    node_names: tuple[str, ...] = ()  # the requester's authentication.kubernetes.io/node-name extra
 
 
 @dataclass(slots=True)
@@ -205,6 +215,9 @@ def _parse(body: object) -> _Request:
     user = user if isinstance(user, Mapping) else {}
     username = user.get("username")
     groups = user.get("groups")
+    extra = user.get("extra")
+    nodes = extra.get(NODE_NAME_EXTRA) if isinstance(extra, Mapping) else None
+    name, sub_resource = request.get("name"), request.get("subResource")
     return _Request(
         uid=uid,
         operation=str(operation),
@@ -214,6 +227,9 @@ def _parse(body: object) -> _Request:
         old=old if isinstance(old, Mapping) else None,
         username=username if isinstance(username, str) else "",
         groups=frozenset(g for g in groups if isinstance(g, str)) if isinstance(groups, list) else frozenset(),
+        name=name if isinstance(name, str) else "",
+        sub_resource=sub_resource if isinstance(sub_resource, str) else "",
+        node_names=tuple(n for n in nodes if isinstance(n, str) and n) if isinstance(nodes, list) else (),
     )
 
 

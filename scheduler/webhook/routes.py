@@ -1,4 +1,4 @@
-"""``POST /mutate`` and ``POST /validate``: the webhook on a FastAPI ``APIRouter``.
+"""``POST /mutate``, ``POST /validate`` and ``POST /validate-eviction``: the webhook on a FastAPI ``APIRouter``.
 
 The app that includes ``router`` may set ``app.state.webhook_config`` to a
 :class:`~scheduler.webhook.review.WebhookConfig` (its annotation prefix, scheduler name,
@@ -18,6 +18,7 @@ from functools import cache
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from .eviction import validate_eviction
 from .review import Reply, WebhookConfig, internal_error, malformed, mutate, validate
 
 router = APIRouter(tags=["admission webhook"])
@@ -85,7 +86,13 @@ async def validate_pod(request: Request) -> JSONResponse:
     return await _answer(request, validate)
 
 
+@router.post("/validate-eviction")
+async def validate_pod_eviction(request: Request) -> JSONResponse:
+    """Validating admission for the node agent's evictions: only pods gpuslice placed on its node."""
+    return await _answer(request, validate_eviction)
+
+
 def mount(app: FastAPI, config: WebhookConfig) -> None:
-    """Serve ``/mutate`` and ``/validate`` on ``app`` with ``config``."""
+    """Serve ``/mutate``, ``/validate`` and ``/validate-eviction`` on ``app`` with ``config``."""
     app.state.webhook_config = config
     app.include_router(router)

@@ -139,3 +139,55 @@ def env_of(obj: dict[str, Any], index: int = 0, section: str = "containers") -> 
 
 def from_annotation(key: str) -> dict[str, Any]:
     return {"fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{key}']"}}
+
+
+AGENT = "system:serviceaccount:gpuslice:gpuslice-agent"
+EVICTION_UID = "a8f3c2e1-0000-4000-8000-00000000e71c"
+
+
+def eviction_review(
+    name: str = "train",
+    namespace: str = "team-a",
+    nodes: list[str] | None = None,
+    username: str = AGENT,
+    sub_resource: str = "eviction",
+    operation: str = "CREATE",
+) -> dict[str, Any]:
+    """An AdmissionReview v1 for ``POST .../namespaces/<namespace>/pods/<name>/eviction`` by a
+    token bound to a pod on ``nodes`` (the agent's: one node; None: no node-name extra)."""
+    extra: dict[str, list[str]] = {
+        "authentication.kubernetes.io/pod-name": ["gpuslice-agent-x7k2p"],
+        "authentication.kubernetes.io/pod-uid": ["5c1e0b7a-agent"],
+    }
+    if nodes is not None:
+        extra["authentication.kubernetes.io/node-name"] = nodes
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": EVICTION_UID,
+            "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "subResource": sub_resource,
+            "requestKind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestSubResource": sub_resource,
+            "name": name,
+            "namespace": namespace,
+            "operation": operation,
+            "userInfo": {
+                "username": username,
+                "uid": "9b0e-agent-sa",
+                "groups": ["system:serviceaccounts", "system:serviceaccounts:gpuslice", "system:authenticated"],
+                "extra": extra,
+            },
+            "object": {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": name, "namespace": namespace},
+            },
+            "oldObject": None,
+            "dryRun": False,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+        },
+    }

@@ -536,19 +536,27 @@ def test_the_webhooks() -> None:
         assert target["port"] in {p["port"] for p in service["spec"]["ports"]}
         assert target["path"] in paths
         (rule,) = hook["rules"]
-        assert rule["resources"] == ["pods"] and rule["apiGroups"] == [""]
-        # scoped: never gpuslice's own namespace (it must restart while its webhook is down)
-        expressions = hook["namespaceSelector"]["matchExpressions"]
-        assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [namespace, "kube-system"]} in (
-            expressions
-        )
-        seen[(kind, tuple(rule["operations"]))] = (hook["failurePolicy"], target["path"])
+        (resource,) = rule["resources"]
+        assert rule["apiGroups"] == [""]
+        if resource == "pods":
+            # scoped: never gpuslice's own namespace (it must restart while its webhook is down)
+            expressions = hook["namespaceSelector"]["matchExpressions"]
+            assert {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": [namespace, "kube-system"],
+            } in expressions
+        else:  # the node agent's evictions, in every namespace, and only the agent's (test_webhook_eviction.py)
+            assert "namespaceSelector" not in hook and hook["matchConditions"]
+        seen[(kind, resource, tuple(rule["operations"]))] = (hook["failurePolicy"], target["path"])
     assert seen == {
         # new pods fail closed
-        ("MutatingWebhookConfiguration", ("CREATE",)): ("Fail", "/mutate"),
-        ("ValidatingWebhookConfiguration", ("CREATE",)): ("Fail", "/validate"),
+        ("MutatingWebhookConfiguration", "pods", ("CREATE",)): ("Fail", "/mutate"),
+        ("ValidatingWebhookConfiguration", "pods", ("CREATE",)): ("Fail", "/validate"),
         # updates must not stop while gpuslice is down
-        ("ValidatingWebhookConfiguration", ("UPDATE",)): ("Ignore", "/validate"),
+        ("ValidatingWebhookConfiguration", "pods", ("UPDATE",)): ("Ignore", "/validate"),
+        # the node agent's evictions fail closed: only pods gpuslice placed on its node
+        ("ValidatingWebhookConfiguration", "pods/eviction", ("CREATE",)): ("Fail", "/validate-eviction"),
     }
 
 

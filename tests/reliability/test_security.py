@@ -34,8 +34,8 @@ from scheduler.filebackend import FileBackend, example_path
 from scheduler.webhook import mutate, validate
 from scheduler.webhook.routes import MAX_BODY_BYTES
 from tests.deploy.manifests import find
+from tests.deploy.reviews import eviction_review, review
 from tests.deploy.reviews import pod as review_pod
-from tests.deploy.reviews import review
 
 from .harness import PREFIX, REPO, CountingApiServer, Replica, cache_view, node_json, pod_json, wait_for
 
@@ -254,6 +254,7 @@ ROUTES = {
     ("POST", "/preempt"),
     ("POST", "/mutate"),
     ("POST", "/validate"),
+    ("POST", "/validate-eviction"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
@@ -329,6 +330,7 @@ def test_only_bind_changes_the_allocation_state(api: CountingApiServer, replicas
         ("POST", "/preempt", {"Pod": pod, "NodeNameToMetaVictims": {"n1": {"Pods": [], "NumPDBViolations": 0}}}),
         ("POST", "/mutate", review(pod)),
         ("POST", "/validate", review(pod)),
+        ("POST", "/validate-eviction", eviction_review("p", "default", nodes=["n1"])),
         ("GET", "/debug/nodes", None),
         ("GET", "/debug/nodes/n1", None),
         ("GET", "/debug/defrag", None),
