@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import ssl
 import statistics
 import subprocess
 import sys
@@ -59,7 +60,9 @@ def noop_extender(port: int, tls: Path, api: str, ca: Path, token: str) -> None:
 
     from benchmarks.extender_driver import noop_app
 
-    client = httpx.AsyncClient(base_url=api, verify=str(ca), headers={"Authorization": f"Bearer {token}"})
+    client = httpx.AsyncClient(
+        base_url=api, verify=ssl.create_default_context(cafile=str(ca)), headers={"Authorization": f"Bearer {token}"}
+    )
 
     async def bind(args: dict[str, Any]) -> str:
         binding = {
@@ -150,7 +153,11 @@ def measure(
     stop = threading.Event()
 
     def watch() -> None:
-        access = httpx.Client(verify=str(plane.ca), headers={"Authorization": f"Bearer {admin.token}"}, timeout=None)
+        access = httpx.Client(
+            verify=ssl.create_default_context(cafile=str(plane.ca)),
+            headers={"Authorization": f"Bearer {admin.token}"},
+            timeout=None,
+        )
         with access.stream("GET", f"{plane.url}/api/v1/namespaces/{NAMESPACE}/pods", params={"watch": "1"}) as stream:
             for line in stream.iter_lines():
                 if stop.is_set():

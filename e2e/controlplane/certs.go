@@ -16,8 +16,8 @@ import (
 )
 
 // writeCerts writes into dir: ca.crt, the API server's serving.crt/serving.key (127.0.0.1 and
-// localhost), gpuslice.crt/gpuslice.key (its Service's names), all signed by the CA, and sa.key
-// (the service-account signing key).
+// localhost, signed by the CA) and sa.key (the service-account signing key). gpuslice's own
+// certificate comes from manifests/tls/make-serving-cert.sh, as a deployment's does.
 func writeCerts(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -58,9 +58,6 @@ func writeCerts(dir string) error {
 		dns  []string
 	}{
 		{"serving", []net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"}},
-		// gpuslice's certificate, as the manifests' Secret gpuslice-webhook-tls holds it: it
-		// names the Service, which the API server and kube-scheduler check it against.
-		{"gpuslice", nil, []string{"gpuslice.gpuslice.svc", "gpuslice.gpuslice.svc.cluster.local"}},
 	}
 	for serial, leaf := range leaves {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

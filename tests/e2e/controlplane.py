@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Iterator
@@ -97,7 +98,10 @@ class Client:
 
     def __post_init__(self) -> None:
         self._http = httpx.Client(
-            base_url=self.url, verify=str(self.ca), headers={"Authorization": f"Bearer {self.token}"}, timeout=30.0
+            base_url=self.url,
+            verify=ssl.create_default_context(cafile=str(self.ca)),
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=30.0,
         )
 
     def close(self) -> None:
@@ -226,6 +230,7 @@ class ControlPlane:
     workdir: Path
     service_map: dict[str, str] = field(default_factory=dict)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    clients: dict[str, Client] = field(default_factory=dict)
     apiserver_port: int = field(default_factory=free_port)
     etcd_port: int = field(default_factory=free_port)
     etcd_peer_port: int = field(default_factory=free_port)
@@ -243,7 +248,10 @@ class ControlPlane:
         return self.certs / "ca.crt"
 
     def client(self, token: str = ADMIN_TOKEN) -> Client:
-        return Client(self.url, token, self.ca)
+        """A client as ``token``'s identity (one per token, closed with the control plane)."""
+        if token not in self.clients:
+            self.clients[token] = Client(self.url, token, self.ca)
+        return self.clients[token]
 
     def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
         log = (self.workdir / f"{name}.log").open("ab")
@@ -320,7 +328,7 @@ class ControlPlane:
             try:
                 answer = httpx.get(
                     f"{self.url}/readyz",
-                    verify=str(self.ca),
+                    verify=ssl.create_default_context(cafile=str(self.ca)),
                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
                     timeout=2,
                 )
@@ -370,6 +378,9 @@ class ControlPlane:
             process.wait()
 
     def stop_all(self) -> None:
+        for client in self.clients.values():
+            client.close()
+        self.clients.clear()
         for name in reversed(list(self.processes)):
             self.stop(name)
 

@@ -69,6 +69,9 @@ def put_node(client: Client, node: dict[str, Any]) -> None:
     for key in ("allocatable", "capacity"):
         status[key] = {**status.get("allocatable", {}), **status.get(key, {}), SHARE_RESOURCE: SHARE_SLOTS}
     client.merge_patch(f"{path}/status", {"status": status})
+    # The API server's TaintNodesByCondition admission gives a new Node the not-ready taint; the
+    # node lifecycle controller lifts it once the kubelet reports Ready. No kubelet runs here.
+    client.merge_patch(path, {"spec": {"taints": node.get("spec", {}).get("taints") or None}})
 
 
 def tls_context(ca: Path) -> ssl.SSLContext:

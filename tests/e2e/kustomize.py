@@ -22,9 +22,46 @@ CLUSTER_SCOPED = {
     "PriorityClass",
 }
 
+# kustomize's output order (its "legacy" sort, the default of `kubectl apply -k`): these kinds
+# first, in this order, the webhook configurations last, every other kind in between; ties keep
+# the order of the resources.
+FIRST = (
+    "Namespace",
+    "ResourceQuota",
+    "StorageClass",
+    "CustomResourceDefinition",
+    "ServiceAccount",
+    "PodSecurityPolicy",
+    "Role",
+    "ClusterRole",
+    "RoleBinding",
+    "ClusterRoleBinding",
+    "ConfigMap",
+    "Secret",
+    "Endpoints",
+    "Service",
+    "LimitRange",
+    "PriorityClass",
+    "PersistentVolume",
+    "PersistentVolumeClaim",
+    "Deployment",
+    "StatefulSet",
+    "CronJob",
+    "PodDisruptionBudget",
+)
+LAST = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+
+
+def rank(kind: str) -> int:
+    if kind in FIRST:
+        return FIRST.index(kind)
+    if kind in LAST:
+        return len(FIRST) + 1 + LAST.index(kind)
+    return len(FIRST)
+
 
 def render(root: Path) -> list[dict[str, Any]]:
-    """The objects ``root/kustomization.yaml`` makes, in the order of its resources."""
+    """The objects ``root/kustomization.yaml`` makes, in the order kustomize gives them."""
     kustomization = yaml.safe_load((root / "kustomization.yaml").read_text(encoding="utf-8"))
     unknown = set(kustomization) - FIELDS
     if unknown:
@@ -49,7 +86,7 @@ def render(root: Path) -> list[dict[str, Any]]:
         for container in containers(obj):
             for image in kustomization.get("images", []):
                 set_image(container, image)
-    return objects
+    return sorted(objects, key=lambda obj: rank(obj["kind"]))
 
 
 def containers(obj: dict[str, Any]) -> list[dict[str, Any]]:

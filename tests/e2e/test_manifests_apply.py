@@ -35,7 +35,7 @@ def test_every_object_applies_and_the_controllers_pods_are_admitted(
 
     def agent_pods() -> list[dict[str, Any]]:
         pods = client.pods("gpuslice-agent", labelSelector="app.kubernetes.io/name=gpuslice-agent")
-        placed = {term["values"][0] for p in pods for term in node_affinity(p)}
+        placed = {p["spec"].get("nodeName") for p in pods} | {t["values"][0] for p in pods for t in node_affinity(p)}
         return pods if {n["metadata"]["name"] for n in nodes} <= placed else []
 
     def service_pods() -> list[dict[str, Any]]:
@@ -57,7 +57,7 @@ def test_every_object_applies_and_the_controllers_pods_are_admitted(
 
 
 def node_affinity(pod: dict[str, Any]) -> list[dict[str, Any]]:
-    """The daemon set controller's matchFields term naming the pod's node."""
+    """The matchFields terms naming the pod's node (where the daemon set controller names it so)."""
     affinity = pod["spec"].get("affinity", {}).get("nodeAffinity", {})
     terms = affinity.get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", [])
     return [field for term in terms for field in term.get("matchFields", [])]
