@@ -361,10 +361,20 @@ class ControlPlane:
     def start_scheduler(self, config_text: str, token: str, name: str = "kube-scheduler") -> None:
         """The real kube-scheduler with ``config_text`` (a KubeSchedulerConfiguration), as the
         identity of ``token``."""
-        config_file = self.workdir / f"{name}.yaml"
-        config_file.write_text(config_text, encoding="utf-8")
         access = kubeconfig(self.workdir / f"{name}.kubeconfig", self.url, self.ca, token)
-        self.spawn(name, ["kube-scheduler", f"--config={config_file}", f"--kubeconfig={access}", "--secure-port=0"])
+        # With --config, v1.37 reads the kubeconfig from the configuration only (in a pod, the
+        # in-cluster account stands in for it): its path is added here.
+        config = yaml.safe_load(config_text)
+        config.setdefault("clientConnection", {})["kubeconfig"] = str(access)
+        config_file = self.workdir / f"{name}.yaml"
+        config_file.write_text(yaml.safe_dump(config), encoding="utf-8")
+        self.spawn(name, ["kube-scheduler", f"--config={config_file}", "--secure-port=0"])
+        process = self.processes[name]
+        try:
+            process.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            return
+        raise RuntimeError(f"{name} exited ({process.returncode}):\n{self.log(name)[-4000:]}")
 
     def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:
         process = self.processes.pop(name, None)
