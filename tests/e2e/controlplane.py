@@ -43,6 +43,7 @@ CONTROLLERS = (
     "namespace-controller",
     "root-ca-certificate-publisher-controller",
     "disruption-controller",
+    "clusterrole-aggregation-controller",  # the built-in edit and view roles
 )
 
 

@@ -58,7 +58,7 @@ def test_a_malformed_request_is_refused_at_creation_with_the_parsers_message(
             f"/api/v1/namespaces/{namespace}/pods", gpu_pod("bad", {"gpuslice.io/gpu-fraction": "1.5"})
         )
     message = str(refused.value.body.get("message"))
-    assert refused.value.status == 400, message
+    assert refused.value.status == 422, message  # the webhook's code: Unprocessable Entity
     assert 'admission webhook "mutate.gpuslice.io" denied the request' in message, message
     assert "gpuslice.io/gpu-fraction" in message and "accepted" in message, message
 
