@@ -1,6 +1,7 @@
 """Row 6: faults under the real control plane. gpuslice killed (SIGKILL) while it binds and
 started again rebuilds from the API server with no share lost or counted twice; the API server
-restarted under a running gpuslice and kube-scheduler, which carry on.
+restarted under a running gpuslice, which carries on by itself (kube-scheduler, which exits
+once it cannot renew its Lease, is restarted as its kubelet would).
 
 The nodes here carry a taint only these tests' pods tolerate, so the other tests' pods never
 land on them."""
@@ -8,6 +9,7 @@ land on them."""
 from __future__ import annotations
 
 import signal
+import subprocess
 from typing import Any
 
 import pytest
@@ -29,7 +31,11 @@ def nodes(control_plane: ControlPlane, gpuslice: Gpuslice) -> list[dict[str, Any
     client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     made = []
     for i in range(2):
-        node = gpu_node(f"e2e-faults-{i}", gpus=4, sharing={"nvidia.com/gpu.sharing-strategy": "time-slicing"})
+        node = gpu_node(
+            f"e2e-faults-{i}",
+            gpus=4,
+            sharing={"nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.replicas": "4"},
+        )
         node["metadata"]["labels"]["e2e-faults"] = "yes"
         node["spec"]["taints"].append(TAINT)
         put_node(client, node)
@@ -58,7 +64,15 @@ def settled(client: Client, names: set[str], timeout: float = 120.0) -> list[dic
         pods = [p for p in client.pods(NAMESPACE) if p["metadata"]["name"] in names]
         return pods if len(pods) == len(names) and all(p["spec"].get("nodeName") for p in pods) else []
 
-    found: list[dict[str, Any]] = wait_for(f"{len(names)} pods bound", all_bound, timeout=timeout)
+    try:
+        found: list[dict[str, Any]] = wait_for(f"{len(names)} pods bound", all_bound, timeout=timeout)
+    except AssertionError as late:
+        pending = {
+            p["metadata"]["name"]: [e["message"] for e in client.events(NAMESPACE, p["metadata"]["name"])][-2:]
+            for p in client.pods(NAMESPACE)
+            if p["metadata"]["name"] in names and not p["spec"].get("nodeName")
+        }
+        raise AssertionError(f"{late}; pending: {pending}") from None
     return found
 
 
@@ -82,6 +96,15 @@ def test_the_api_server_restarted_under_gpuslice_and_the_scheduler(
 ) -> None:
     control_plane.stop("kube-apiserver")
     control_plane.start_apiserver()
+    scheduler = control_plane.processes["kube-scheduler"]
+    try:  # it gives up its Lease and exits once it cannot renew it (10 s); its kubelet restarts it
+        scheduler.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        pass
+    else:
+        assert "Leaderelection lost" in control_plane.log("kube-scheduler")
+        control_plane.stop("kube-scheduler")
+        gpuslice.start_scheduler()
     client = control_plane.client()
     client.post(f"/api/v1/namespaces/{NAMESPACE}/pods", pod("after-restart", "0.25"))
     pods = settled(client, {"after-restart"})
