@@ -96,7 +96,9 @@ def clients(control_plane: ControlPlane, applied: list[dict[str, Any]]) -> dict[
             "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": TENANT}],
         }
     )
-    put_node(admin, gpu_node(NODE))
+    node = gpu_node(NODE)
+    node["spec"]["taints"].append({"key": "e2e-rbac", "value": "yes", "effect": "NoSchedule"})  # no pod lands here
+    put_node(admin, node)
     admin.post(f"/api/v1/namespaces/{TENANT}/pods", POD)
     return {name: control_plane.client(admin.account_token(ns, account)) for name, (ns, account) in ACCOUNTS.items()}
 
