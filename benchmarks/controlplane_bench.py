@@ -153,19 +153,23 @@ def measure(
     stop = threading.Event()
 
     def watch() -> None:
-        access = httpx.Client(
-            verify=ssl.create_default_context(cafile=str(plane.ca)),
-            headers={"Authorization": f"Bearer {admin.token}"},
-            timeout=None,
-        )
-        with access.stream("GET", f"{plane.url}/api/v1/namespaces/{NAMESPACE}/pods", params={"watch": "1"}) as stream:
-            for line in stream.iter_lines():
-                if stop.is_set():
-                    return
-                event = json.loads(line)
-                pod = event["object"]
-                if pod.get("spec", {}).get("nodeName") and pod["metadata"]["name"] not in bound:
-                    bound[pod["metadata"]["name"]] = time.monotonic()
+        """Binds as a watch sees them; a watch the API server closes is opened again (its
+        first events list the pods again, and those already seen bound are skipped)."""
+        context = ssl.create_default_context(cafile=str(plane.ca))
+        access = httpx.Client(verify=context, headers={"Authorization": f"Bearer {admin.token}"}, timeout=None)
+        while not stop.is_set():
+            try:
+                with access.stream(
+                    "GET", f"{plane.url}/api/v1/namespaces/{NAMESPACE}/pods", params={"watch": "1"}
+                ) as stream:
+                    for line in stream.iter_lines():
+                        if stop.is_set():
+                            return
+                        pod = json.loads(line)["object"]
+                        if pod.get("spec", {}).get("nodeName") and pod["metadata"]["name"] not in bound:
+                            bound[pod["metadata"]["name"]] = time.monotonic()
+            except httpx.HTTPError:
+                time.sleep(0.1)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
