@@ -350,8 +350,9 @@ def extender_app(filter_: Any, prioritize: Any, bind: Any) -> Any:
     return Starlette(routes=[*(Route(p, v, methods=["POST"]) for p, v in verbs.items()), Route("/readyz", readyz)])
 
 
-def noop_app() -> Any:
-    """The do-nothing extender: the same uvicorn and JSON work, no decision."""
+def noop_app(bind_through: Any = None) -> Any:
+    """The do-nothing extender: the same uvicorn and JSON work, no decision (``bind_through``:
+    an async function of the bind's arguments that makes the bind, returning its error or "")."""
     from starlette.requests import Request
     from starlette.responses import Response
 
@@ -373,8 +374,9 @@ def noop_app() -> Any:
         return Response(orjson.dumps([{"Host": n, "Score": 0} for n in names]), media_type="application/json")
 
     async def bind(request: Request) -> Response:
-        await request.body()
-        return Response(b'{"Error":""}', media_type="application/json")
+        body = await request.body()
+        error = "" if bind_through is None else await bind_through(orjson.loads(body))
+        return Response(orjson.dumps({"Error": error}), media_type="application/json")
 
     return extender_app(filter_, prioritize, bind)
 

@@ -133,11 +133,15 @@ class Extender:
         try:
             request = self.parse(args.pod)
         except RequestError as exc:
-            # One error, not the message once per node: at 5,000 nodes that was a megabyte per
-            # answer. kube-scheduler fails the attempt with it (FailedScheduling) and retries.
+            # Every node unresolvable, each with the one message: kube-scheduler (v1.37) then
+            # fails the attempt as Unschedulable, FailedScheduling "0/N nodes are available: N
+            # gpuslice cannot schedule this pod: ...", tries no preemption and leaves the pod
+            # among the unschedulable until the pod or the cluster changes. A top-level Error
+            # would be a scheduling error, retried with back-off every few seconds for ever.
             log.info("filter: malformed request", extra={"pod": key_of(args.pod), "reason": str(exc)})
             self.metrics.reject_counts({"malformed request": len(args.names)})
-            return wire.filter_result(None, error=f"gpuslice cannot schedule this pod: {exc}")
+            reason = wire.go_safe(f"gpuslice cannot schedule this pod: {exc}")
+            return wire.filter_result(args, (), unresolvable=dict.fromkeys(args.names, reason))
         if not self.backend.ready():
             return wire.filter_result(None, error="gpuslice is not ready: the cluster state is not synced yet")
         cache = self.cache

@@ -141,7 +141,7 @@ def from_annotation(key: str) -> dict[str, Any]:
     return {"fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{key}']"}}
 
 
-AGENT = "system:serviceaccount:gpuslice:gpuslice-agent"
+AGENT = "system:serviceaccount:gpuslice-agent:gpuslice-agent"
 EVICTION_UID = "a8f3c2e1-0000-4000-8000-00000000e71c"
 
 

@@ -89,6 +89,9 @@ def test_the_metrics_port_and_probes_are_the_ones_the_agent_serves(tmp_path: Pat
     assert ports == {"metrics": config.metrics.port} and config.metrics.port > 0
     assert agent["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert agent["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    # the kubelet probes (and Prometheus scrapes) the pod's IP: a loopback-only listener fails them
+    assert not daemonset()["spec"]["template"]["spec"].get("hostNetwork", False)
+    assert config.metrics.address == "0.0.0.0" and not config.metrics.pod_names
     annotations = daemonset()["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == str(config.metrics.port)
     assert annotations["prometheus.io/path"] == "/metrics"

@@ -572,6 +572,7 @@ def test_cert_manager_injects_the_ca_of_the_serving_certificate() -> None:
 
 def test_namespaced_objects_sit_in_gpuslice_namespace() -> None:
     namespace = find("Namespace", "gpuslice")["metadata"]["name"]
+    agent_namespace = find("Namespace", "gpuslice-agent")["metadata"]["name"]
     for doc in documents(MANIFESTS):
         if doc.path.parent.name == "examples" or doc.path.parent.parent.name == "examples":
             continue
@@ -590,5 +591,20 @@ def test_namespaced_objects_sit_in_gpuslice_namespace() -> None:
             assert "namespace" not in meta, doc.where
         elif doc.name == "gpuslice-scheduler-authentication-reader":
             assert meta["namespace"] == "kube-system"
+        elif doc.path.name == "agent.yaml":  # privileged: a namespace of its own
+            assert meta.get("namespace") == agent_namespace, doc.where
         else:
             assert meta.get("namespace") == namespace, doc.where
+
+
+def test_the_agents_namespace_admits_its_privileged_pod_and_no_other_namespace_does() -> None:
+    levels = {
+        d.name: d.obj["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+        for d in documents(MANIFESTS)
+        if d.kind == "Namespace" and d.path.parent == MANIFESTS
+    }
+    assert levels == {"gpuslice": "restricted", "gpuslice-agent": "privileged"}
+    daemonset = find("DaemonSet", "gpuslice-agent")
+    assert daemonset["metadata"]["namespace"] == "gpuslice-agent"
+    subjects = find("ClusterRoleBinding", "gpuslice-agent")["subjects"]
+    assert subjects == [{"kind": "ServiceAccount", "name": "gpuslice-agent", "namespace": "gpuslice-agent"}]

@@ -154,7 +154,10 @@ def test_every_environment_variable_quoted_is_read(path: Path) -> None:
     # and those the code names itself (the webhook's, what the node agent sets in a container)
     for source in (REPO / "scheduler").rglob("*.py"):
         read |= set(re.findall(r"\"(GPUSLICE_[A-Z_]+)\"", source.read_text(encoding="utf-8")))
-    for variable in set(re.findall(r"GPUSLICE_[A-Z_]+", path.read_text(encoding="utf-8"))):
+    # and those the scripts read (scripts/test.sh's GPUSLICE_E2E_REQUIRED, ...)
+    for script in (REPO / "scripts").glob("*.sh"):
+        read |= set(re.findall(r"\$\{?(GPUSLICE_[A-Z0-9_]+)", script.read_text(encoding="utf-8")))
+    for variable in set(re.findall(r"GPUSLICE_[A-Z0-9_]+", path.read_text(encoding="utf-8"))):
         assert variable in read, f"{name(path)}: {variable} is not read by gpuslice"
 
 

@@ -127,20 +127,28 @@ class TestFilter:
         assert response.status_code == 405 and response.headers["allow"] == "POST"
         assert svc.http.post(f"/{verb}x", json={}).status_code == 404  # other paths go to the app's routes
 
-    def test_malformed_request_is_one_error_whatever_the_cluster_size(self, svc: Any) -> None:
-        answers = [
-            svc.http.post("/filter", json=filter_args(k8s_pod("p", gpu_fraction="1.5"), names)).content
-            for names in (["mps-a"], [f"node-{i}" for i in range(5000)])
-        ]
-        assert len(answers[0]) == len(answers[1]) < 400  # nothing per node
-        got = json.loads(answers[1])
-        assert got["NodeNames"] is None and got["FailedNodes"] is None and got["FailedAndUnresolvableNodes"] is None
-        assert "gpuslice.io/gpu-fraction" in got["Error"] and "accepted" in got["Error"]
+    def test_malformed_request_leaves_every_node_unresolvable_with_one_message(self, svc: Any) -> None:
+        # Not a top-level Error: kube-scheduler counts that as a scheduling error and retries it
+        # with back-off; every node unresolvable makes the pod Unschedulable like any that fits nowhere.
+        names = [f"node-{i}" for i in range(5000)]
+        got = svc.post("filter", filter_args(k8s_pod("p", gpu_fraction="1.5"), names))
+        assert got["Error"] == "" and got["NodeNames"] == [] and got["FailedNodes"] is None
+        unresolvable = got["FailedAndUnresolvableNodes"]
+        assert sorted(unresolvable) == sorted(names)
+        (reason,) = set(unresolvable.values())
+        assert reason.startswith("gpuslice cannot schedule this pod: ")
+        assert "gpuslice.io/gpu-fraction" in reason and "accepted" in reason
 
-    def test_errors_read_right_through_go_format_strings(self, svc: Any) -> None:
-        # kube-scheduler formats Error with fmt.Errorf: no "%" may reach it
+    def test_malformed_request_with_full_nodes_returns_no_node(self, svc: Any) -> None:
+        got = svc.post("filter", filter_args(k8s_pod("p", gpu_fraction="1.5"), nodes=[{"metadata": {"name": "mps-a"}}]))
+        assert got["Error"] == "" and got["Nodes"]["items"] == []
+        assert list(got["FailedAndUnresolvableNodes"]) == ["mps-a"]
+
+    def test_reasons_read_right_through_go_format_strings(self, svc: Any) -> None:
+        # no "%" reaches kube-scheduler, which has formatted extender messages with fmt verbs
         got = svc.post("filter", filter_args(k8s_pod("p", gpu_compute="50%%"), ["mps-a"]))
-        assert "%" not in got["Error"] and "50\uff05\uff05" in got["Error"]
+        reason = got["FailedAndUnresolvableNodes"]["mps-a"]
+        assert "%" not in reason and "50\uff05\uff05" in reason
 
     def test_pod_without_gpu_passes_everywhere(self, svc: Any) -> None:
         got = svc.post("filter", filter_args(k8s_pod("web"), [*NAMES, "ghost"]))

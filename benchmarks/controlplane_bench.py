@@ -1,0 +1,252 @@
+"""Scheduling throughput and latency through the real control plane (tests/e2e/controlplane.py):
+kube-apiserver, the real kube-scheduler with the shipped KubeSchedulerConfiguration (its
+defaults, node sampling included) and, as its extender, gpuslice (default policy or binpack), a
+do-nothing extender (passes every node, scores 0, binds through the API), or none at all.
+
+    python benchmarks/controlplane_bench.py [--nodes 5000] [--pods 20000] [--runs 3]
+        [--modes default,binpack,noop,none]
+
+Each run starts a fresh control plane, creates the nodes (8 GPUs each, the driver's mix of
+kinds) and then the pods (the driver's "many" mix: MIG, MPS, time-slicing, whole GPUs,
+CPU-only and pods that fit nowhere) as fast as a pool of clients can, and watches them: pods
+bound per second (bound pods over the time from the first creation to the last bind),
+creation-to-bound latency p50 / p99 (the pod's POST sent to its bind seen on a watch), and the
+extender's peak resident memory. Modes alternate run by run; the table gives medians and ranges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.extender_driver import make_node, make_pod, many_shapes, node_inventory  # noqa: E402
+from tests.e2e.controlplane import Client, ControlPlane, build, free_port  # noqa: E402
+from tests.e2e.deployed import Gpuslice, apply_all, config_map, put_node, shipped  # noqa: E402
+
+NAMESPACE = "bench"
+
+
+def peak_rss_mib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def noop_extender(port: int, tls: Path, api: str, ca: Path, token: str) -> None:
+    """The do-nothing extender: every node passes, every score is 0, the bind is the Binding."""
+    import uvicorn
+
+    from benchmarks.extender_driver import noop_app
+
+    client = httpx.AsyncClient(
+        base_url=api, verify=ssl.create_default_context(cafile=str(ca)), headers={"Authorization": f"Bearer {token}"}
+    )
+
+    async def bind(args: dict[str, Any]) -> str:
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": args["PodName"], "namespace": args["PodNamespace"], "uid": args["PodUID"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": args["Node"]},
+        }
+        path = f"/api/v1/namespaces/{args['PodNamespace']}/pods/{args['PodName']}/binding"
+        answer = await client.post(path, json=binding)
+        return "" if answer.status_code < 300 else answer.text[:200]
+
+    app = noop_app(bind)
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=port,
+        ssl_certfile=str(tls / "tls.crt"),
+        ssl_keyfile=str(tls / "tls.key"),
+        log_level="warning",
+    )
+
+
+def run_once(binary: Path, mode: str, args: argparse.Namespace, tls: Path, seed: int) -> dict[str, Any]:
+
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-{mode}-"))
+    port = free_port()
+    plane = ControlPlane(binary, workdir / "cp", {})
+    plane.start()
+    extender_pid = None
+    noop = None
+    service = None
+    try:
+        admin = plane.client()
+        objects = shipped()
+        apply_all(admin, objects)
+        admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        rng = random.Random(seed)
+        nodes = [make_node(i, node_inventory(i, rng)) for i in range(args.nodes)]
+        for node in nodes:
+            for key in ("uid", "resourceVersion"):
+                node["metadata"].pop(key, None)
+            node["metadata"]["labels"]["nvidia.com/gpu.present"] = "true"
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda n: put_node(admin, n), nodes))
+        settings = config_map(objects)
+        service = Gpuslice(plane, port, tls, workdir, settings)
+        scheduler = yaml.safe_load(service.scheduler_config())
+        if mode in ("default", "binpack"):
+            service.start(policy=None if mode == "default" else "binpack")
+            assert service.process is not None
+            extender_pid = service.process.pid
+        elif mode == "noop":
+            token = admin.account_token("gpuslice", "gpuslice")
+            noop = subprocess.Popen(
+                [sys.executable, __file__, "noop-extender", str(port), str(tls), plane.url, str(plane.ca), token]
+            )
+            extender_pid = noop.pid
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    httpx.get(f"https://127.0.0.1:{port}/readyz", verify=False, timeout=1)
+                    break
+                except httpx.HTTPError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        else:
+            scheduler.pop("extenders")
+        token = admin.account_token("gpuslice", "gpuslice")
+        plane.start_scheduler(yaml.safe_dump(scheduler), token)
+        return measure(plane, admin, args, rng, extender_pid)
+    finally:
+        plane.stop("kube-scheduler")
+        if service is not None:
+            service.stop()
+        if noop is not None:
+            noop.terminate()
+            noop.wait()
+        plane.stop_all()
+
+
+def measure(
+    plane: ControlPlane, admin: Client, args: argparse.Namespace, rng: random.Random, pid: int | None
+) -> dict[str, Any]:
+    sent: dict[str, float] = {}
+    bound: dict[str, float] = {}
+    stop = threading.Event()
+
+    def watch() -> None:
+        """Binds as a watch sees them; a watch the API server closes is opened again (its
+        first events list the pods again, and those already seen bound are skipped)."""
+        context = ssl.create_default_context(cafile=str(plane.ca))
+        access = httpx.Client(verify=context, headers={"Authorization": f"Bearer {admin.token}"}, timeout=None)
+        while not stop.is_set():
+            try:
+                with access.stream(
+                    "GET", f"{plane.url}/api/v1/namespaces/{NAMESPACE}/pods", params={"watch": "1"}
+                ) as stream:
+                    for line in stream.iter_lines():
+                        if stop.is_set():
+                            return
+                        pod = json.loads(line)["object"]
+                        if pod.get("spec", {}).get("nodeName") and pod["metadata"]["name"] not in bound:
+                            bound[pod["metadata"]["name"]] = time.monotonic()
+            except httpx.HTTPError:
+                time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    time.sleep(1)
+    pods = [
+        make_pod(f"p{i:06d}", many_shapes(rng), rng.choice([1, 2, 4]), rng.choice([4, 16, 64]))
+        for i in range(args.pods)
+    ]
+    for pod in pods:
+        for key in ("uid", "resourceVersion"):
+            pod["metadata"].pop(key, None)
+        pod.pop("status", None)
+        pod["spec"]["tolerations"] = [{"operator": "Exists"}]
+
+    def create(pod: dict[str, Any]) -> None:
+        sent[pod["metadata"]["name"]] = time.monotonic()
+        admin.post(f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(create, pods))
+    last, count = time.monotonic(), 0
+    while time.monotonic() - last < args.settle and len(bound) < len(pods):
+        time.sleep(1)
+        if len(bound) != count:
+            last, count = time.monotonic(), len(bound)
+    stop.set()
+    latencies = sorted(bound[n] - sent[n] for n in bound if n in sent)
+    end = max(bound.values()) if bound else start
+    return {
+        "bound": len(bound),
+        "pods_per_s": len(bound) / (end - start) if end > start else 0.0,
+        "p50_s": latencies[len(latencies) // 2] if latencies else float("nan"),
+        "p99_s": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else float("nan"),
+        "rss_mib": peak_rss_mib(pid) if pid else float("nan"),
+    }
+
+
+def table(results: dict[str, list[dict[str, Any]]]) -> str:
+    lines = ["| extender | bound | pods/s | p50 (s) | p99 (s) | peak RSS (MiB) |", "|---|---|---|---|---|---|"]
+
+    def cell(runs: list[dict[str, Any]], key: str, fmt: str) -> str:
+        values = [r[key] for r in runs]
+        return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}–{max(values):{fmt}})"
+
+    for mode, runs in results.items():
+        lines.append(
+            f"| {mode} | {cell(runs, 'bound', '.0f')} | {cell(runs, 'pods_per_s', '.1f')}"
+            f" | {cell(runs, 'p50_s', '.2f')} | {cell(runs, 'p99_s', '.2f')} | {cell(runs, 'rss_mib', '.0f')} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "noop-extender":
+        port, tls, api, ca, token = sys.argv[2:7]
+        noop_extender(int(port), Path(tls), api, Path(ca), token)
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods", type=int, default=20000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--modes", default="default,binpack,noop,none")
+    parser.add_argument("--settle", type=float, default=30.0, help="stop once no pod bound for this many seconds")
+    parser.add_argument(
+        "--tls", type=Path, required=True, help="folder of ca.crt, tls.crt, tls.key for gpuslice.gpuslice.svc"
+    )
+    args = parser.parse_args()
+    binary = build()
+    results: dict[str, list[dict[str, Any]]] = {m: [] for m in args.modes.split(",")}
+    for run in range(args.runs):
+        for mode in results:
+            got = run_once(binary, mode, args, args.tls, seed=run)
+            results[mode].append(got)
+            print(json.dumps({"mode": mode, "run": run, **got}), flush=True)
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
