@@ -108,6 +108,6 @@ def test_the_printer_columns_point_at_fields_of_the_schema() -> None:
 
 def test_the_example_quota_is_read_as_written() -> None:
     quota = parse_quota(find("GPUQuota", "gpu-demo", MANIFESTS / "examples"))
-    # 120Gi = 120 x 1024 = 122880 MiB; "2" GPUs of compute = 2000 milli; 1 whole H100
-    assert (quota.limits.memory_mib, quota.limits.compute_milli, quota.limits.gpus) == (122880, 2000, None)
-    assert [(m, lim.gpus) for m, lim in quota.models] == [("H100-80GB", 1)]
+    # 512Gi = 512 x 1024 = 524288 MiB; "8" GPUs of compute = 8000 milli; 4 whole H100s
+    assert (quota.limits.memory_mib, quota.limits.compute_milli, quota.limits.gpus) == (524288, 8000, None)
+    assert [(m, lim.gpus) for m, lim in quota.models] == [("H100-80GB", 4)]

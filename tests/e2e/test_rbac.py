@@ -58,6 +58,17 @@ FORBIDDEN: list[tuple[str, str, str, str, Any]] = [
         {**LEDGER, "metadata": {"name": "gpuslice-node-x", "namespace": TENANT}},
     ),
     ("gpuslice", "change Nodes", "PATCH", f"/api/v1/nodes/{NODE}", {"metadata": {"labels": {"x": "y"}}}),
+    # RBAC lets it patch pods; the ValidatingAdmissionPolicy keeps it to their gpuslice.io/ annotations
+    ("gpuslice", "change a pod's labels", "PATCH", POD_PATH, {"metadata": {"labels": {"x": "y"}}}),
+    ("gpuslice", "change a pod's other annotations", "PATCH", POD_PATH, {"metadata": {"annotations": {"e2e": "1"}}}),
+    # RBAC lets it patch Nodes; the policy keeps it to the Node its (pod-bound) token names: this token names none
+    (
+        "agent",
+        "change a Node its token does not name",
+        "PATCH",
+        f"/api/v1/nodes/{NODE}",
+        {"metadata": {"annotations": {"gpuslice.io/inventory": "[]"}}},
+    ),
     ("agent", "write pods or records", "PATCH", POD_PATH, RECORD),
     ("agent", "bind", "POST", f"{POD_PATH}/binding", BINDING),
     ("agent", "read Secrets", "GET", "/api/v1/namespaces/gpuslice/secrets", None),
@@ -73,7 +84,13 @@ FORBIDDEN: list[tuple[str, str, str, str, Any]] = [
 ALLOWED: list[tuple[str, str, str, str, Any]] = [
     ("gpuslice", "list nodes", "GET", "/api/v1/nodes", None),
     ("gpuslice", "list pods", "GET", "/api/v1/pods", None),
-    ("gpuslice", "patch pods (the records)", "PATCH", POD_PATH, {"metadata": {"annotations": {"e2e": "1"}}}),
+    (
+        "gpuslice",
+        "patch pods (the records)",
+        "PATCH",
+        POD_PATH,
+        {"metadata": {"annotations": {"gpuslice.io/e2e": "1"}}},
+    ),
     ("gpuslice", "list the ledgers", "GET", "/api/v1/namespaces/gpuslice/configmaps", None),
     ("agent", "get its node", "GET", f"/api/v1/nodes/{NODE}", None),
     ("agent", "list the pods of its node", "GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{NODE}", None),
