@@ -8,7 +8,6 @@ form of ``--seeds``, replay modes).
 from __future__ import annotations
 
 import math
-import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -148,7 +147,9 @@ def simulate(
         opt.readable_folder("--reference", reference)
     folder = out_option(out)
     from scheduler.sim import commands
+    from scheduler.sim.pools import stop_on_sigterm
 
+    stop_on_sigterm()  # kill: the workers end and the finished runs are written, as for Ctrl-C
     commands.simulate(
         traces or [],
         nodes,
@@ -253,10 +254,6 @@ def advise(
 EXIT_FAILED_MAX = 100  # the exit status of a sweep is the number of failed runs, up to this
 
 
-def _unwind(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
 @command("sweep")
 def sweep(
     file: Annotated[Path, typer.Argument(help="The sweep description (YAML): inputs, policies, seeds, ...")],
@@ -287,10 +284,11 @@ def sweep(
     if out is not None:
         opt.writable_folder("--out", out)
     from scheduler.sim import commands
+    from scheduler.sim.pools import stop_on_sigterm
 
     # A stopped sweep (kill, a pod's termination) leaves its cluster and workers closed: SIGTERM
     # unwinds like Ctrl-C, through the executor's clean-up. Stored runs are kept either way.
-    signal.signal(signal.SIGTERM, _unwind)
+    stop_on_sigterm()
     failed = commands.sweep(file, data, out, reference, executor, quiet)
     if failed:
         raise typer.Exit(min(failed, EXIT_FAILED_MAX))

@@ -15,7 +15,8 @@ from scheduler.core.policies import REGISTRY
 from . import defragtable
 from .bound import Bound, bound
 from .defrag import DefragSpec
-from .errors import TraceError
+from .engine import RunResult
+from .errors import Interrupted, TraceError
 from .load import embedded_scenario, load_trace
 from .metrics import RunRecord
 from .model import ARRIVALS, REPLAY_MODES, TIMED, Trace
@@ -152,13 +153,14 @@ def simulate(
             for s in seed_list
             for a in arms
         ]
-        results = run_all(specs, workers or default_workers(), Console(stderr=True), show_progress=not quiet)
+        results, stopped = _finished(specs, workers, quiet)
         recorded = defragtable.rows(results)
         console.print(defragtable.table(defragtable.summary(recorded)))
+        written = []
         if out is not None:
-            path = out / defragtable.DEFRAG_FILE
-            write_csv(path, defragtable.COLUMNS, recorded)
-            console.print(f"wrote {path}")
+            written.append(out / defragtable.DEFRAG_FILE)
+            write_csv(written[0], defragtable.COLUMNS, recorded)
+        _wrote(console, written, stopped, defragtable.DEFRAG_FILE)
         return
     ref: Reference | None = load_reference(reference) if reference is not None else None
     specs = [
@@ -167,9 +169,9 @@ def simulate(
         for p in policies
         for s in seed_list
     ]
-    results = run_all(specs, workers or default_workers(), Console(stderr=True), show_progress=not quiet)
+    results, stopped = _finished(specs, workers, quiet)
     bounds: dict[tuple[str, int], float] = {}
-    if with_bound:
+    if with_bound and stopped is None:
         for t in loaded:
             if (replay or t.replay) != ARRIVALS:
                 continue
@@ -179,9 +181,29 @@ def simulate(
     report.print(console)
     for note in report.notes():
         console.print(f"note: {note}", highlight=False)
-    if out is not None:
-        for path in report.write(out):
-            console.print(f"wrote {path}")
+    written = report.write(out) if out is not None and results else []
+    _wrote(console, written, stopped, "summary.csv, curves.csv, table.md and the plots" if out is None else "")
+
+
+def _finished(specs: Sequence[RunSpec], workers: int | None, quiet: bool) -> tuple[list[RunResult], Interrupted | None]:
+    """The runs' results; stopped by a signal, those that had finished and the interruption."""
+    try:
+        return run_all(specs, workers or default_workers(), Console(stderr=True), show_progress=not quiet), None
+    except Interrupted as stopped:
+        return stopped.finished, stopped
+
+
+def _wrote(console: Console, written: Sequence[Path], stopped: Interrupted | None, unwritten: str) -> None:
+    """Say what was written (or, with no ``--out``, that nothing was: ``unwritten`` names what
+    ``--out`` would write); after an interruption, end the command with one line that says
+    what was kept and where (:class:`Interrupted`, exit 128 + the signal)."""
+    if stopped is None:
+        for path in written:
+            console.print(f"wrote {path}", highlight=False)
+        return
+    folder = written[0].parent if written else None
+    kept = f"; wrote them to {folder}/ ({', '.join(p.name for p in written)})" if folder else "; nothing written"
+    raise Interrupted(stopped.signum, stopped.finished, stopped.total, kept)
 
 
 def bound_table(
