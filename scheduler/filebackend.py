@@ -138,6 +138,11 @@ class FileBackend:
         self.prefix = prefix
         self._clock = clock
         self._nodes, self._pods = parse_list(self.path, read_list(self.path))
+        if self._pods and not self._nodes:
+            raise ClusterFileError(
+                f"{self.path}: {len(self._pods)} Pods and no Node: nothing to schedule them on; list the nodes "
+                "too (kubectl get nodes,pods -A -o yaml)"
+            )
         self._on_node: dict[str, set[str]] = {}  # node -> keys of the pods bound to it
         for key, pod in self._pods.items():
             self._on_node.setdefault(node_of(pod), set()).add(key)
