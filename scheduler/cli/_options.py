@@ -53,6 +53,19 @@ def readable_file(option: str, path: Path) -> Path:
     return path
 
 
+EXAMPLE = "example"  # in place of a cluster file: the example cluster shipped with the package
+
+
+def cluster_file(option: str, path: Path) -> Path:
+    """``path``, a file this process can read; ``example`` (where no such file is) names the
+    example cluster shipped with the package, as every command that takes a cluster accepts."""
+    if str(path) == EXAMPLE and not path.exists():
+        from scheduler.filebackend import example_path
+
+        return example_path()
+    return readable_file(option, path)
+
+
 def readable_folder(option: str, path: Path) -> Path:
     """``path``, a folder this process can read."""
     if not path.is_dir():
@@ -111,6 +124,7 @@ def choice(option: str, text: str, accepted: tuple[str, ...]) -> str:
 
 __all__ = [
     "choice",
+    "cluster_file",
     "node_name",
     "ratio",
     "readable_file",

@@ -21,7 +21,7 @@ from ._app import command
 
 TRACE_HELP = (
     "Input(s): an openb pod list (.csv), a scenario (.yaml) or a Kubernetes v1 List "
-    "(kubectl get nodes,pods -A -o yaml). None: a small embedded scenario."
+    "(kubectl get nodes,pods -A -o yaml; 'example': the embedded example cluster). None: a small embedded scenario."
 )
 SEEDS_HELP = "Seeds: 42, 42,43 or 42-51."
 DEFAULT_SEEDS = "42"
@@ -36,12 +36,11 @@ def inflate_option(text: str | None) -> float | None:
     return None if text is None else opt.ratio("--inflate", text, 0.0, MAX_INFLATE, INFLATE_ACCEPTED)
 
 
-def inputs(traces: list[Path] | None, nodes: Path | None) -> None:
-    """The input files, and ``--nodes``, exist and can be read."""
-    for path in traces or []:
-        opt.readable_file("input", path)
+def inputs(traces: list[Path] | None, nodes: Path | None) -> list[Path]:
+    """The input files (``example``: the example cluster), and ``--nodes``, exist and can be read."""
     if nodes is not None:
         opt.readable_file("--nodes", nodes)
+    return [opt.cluster_file("input", path) for path in traces or []]
 
 
 def out_option(path: Path | None) -> Path | None:
@@ -142,7 +141,7 @@ def simulate(
         )
     if defrag_budget is not None and reference is not None:
         raise UsageError("--reference with --defrag-budget: the defragmentation table has no paper curves; drop one")
-    inputs(traces, nodes)
+    paths = inputs(traces, nodes)
     if reference is not None:
         opt.readable_folder("--reference", reference)
     folder = out_option(out)
@@ -151,7 +150,7 @@ def simulate(
 
     stop_on_sigterm()  # kill: the workers end and the finished runs are written, as for Ctrl-C
     commands.simulate(
-        traces or [],
+        paths,
         nodes,
         policy,
         seeds,
@@ -193,11 +192,11 @@ def bound(
     ratio = inflate_option(inflate)
     top = int(MAX_INFLATE * 100)
     cut = opt.whole("--at", at, 1, top, f"a whole percent from 1 to {top} (arrivals reach 100 x the inflation)")
-    inputs(traces, nodes)
+    paths = inputs(traces, nodes)
     folder = out_option(out)
     from scheduler.sim import commands
 
-    commands.bound_table(traces or [], nodes, seeds, ratio, shuffle, cut, folder)
+    commands.bound_table(paths, nodes, seeds, ratio, shuffle, cut, folder)
 
 
 ADVISE_OUTPUTS = ("table", "json")
@@ -215,7 +214,10 @@ def advise(
     ] = None,
     cluster: Annotated[
         Path | None,
-        typer.Option(help="A Kubernetes v1 List (kubectl get nodes,pods -A -o yaml): compute the GPUs freed."),
+        typer.Option(
+            help="A Kubernetes v1 List (kubectl get nodes,pods -A -o yaml; 'example': the embedded example "
+            "cluster): compute the GPUs freed."
+        ),
     ] = None,
     threshold_pct: Annotated[
         str, typer.Option(metavar="PCT", help="Far below: a measured peak at most this percent of the share's memory.")
@@ -240,7 +242,7 @@ def advise(
     for path in metrics or []:
         opt.readable_file("input", path)
     if cluster is not None:
-        opt.readable_file("--cluster", cluster)
+        cluster = opt.cluster_file("--cluster", cluster)
     from scheduler.sim import advise as advice
 
     options = advice.Options(threshold, headroom, granularity, policy or advice.DEFAULT_POLICY)

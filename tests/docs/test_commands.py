@@ -139,3 +139,18 @@ def test_inspect_into_a_reader_that_stops_early_says_nothing(served: tuple[str, 
     command = f"{shlex.quote(str(SCRIPT))} inspect --url {url} -o yaml 2>{shlex.quote(str(errors))} | true"
     subprocess.run(command, shell=True, check=False, timeout=60)
     assert errors.read_text() == ""
+
+
+def quoted(first: str) -> list[list[str]]:
+    """Every command the documents quote whose first argument is ``first``, once each."""
+    found = {tuple(c) for path in DOCUMENTS for c in gpuslice_commands(path) if c[:1] == [first]}
+    return [list(c) for c in sorted(found)]
+
+
+def test_the_quoted_version_prints_the_version() -> None:
+    from scheduler import __version__
+
+    assert quoted("--version"), "no document quotes gpuslice --version"
+    for command in quoted("--version"):
+        done = gpuslice(*command)
+        assert (done.returncode, done.stdout) == (0, f"gpuslice {__version__}\n"), done.stderr
