@@ -65,7 +65,9 @@ def simulate(
     ] = None,
     policy: Annotated[
         list[str] | None,
-        typer.Option("--policy", "-p", help="Policy, repeatable or comma separated (default: the paper's six)."),
+        typer.Option(
+            "--policy", "-p", help="Policy, repeatable or comma separated (default: the paper's six and fgd-reserve)."
+        ),
     ] = None,
     seeds: Annotated[str, typer.Option(help=SEEDS_HELP)] = DEFAULT_SEEDS,
     inflate: Annotated[
@@ -97,7 +99,9 @@ def simulate(
         ),
     ] = None,
     workers: Annotated[str | None, typer.Option(metavar="N", help="Processes (default: all cores).")] = None,
-    out: Annotated[Path | None, typer.Option(help="Write summary.csv, curves.csv and PNG plots here.")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Write summary.csv, curves.csv and PNG plots here (none: nothing is written).")
+    ] = None,
     reference: Annotated[
         Path | None, typer.Option(help="The paper's curves (fgd_expected_results) to compare and overlay.")
     ] = None,

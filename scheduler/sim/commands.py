@@ -13,6 +13,7 @@ from scheduler.core.errors import UsageError
 from scheduler.core.policies import REGISTRY
 
 from . import defragtable
+from .advise import DEFAULT_POLICY
 from .bound import Bound, bound
 from .defrag import DefragSpec
 from .engine import RunResult
@@ -26,6 +27,8 @@ from .report import Report, write_csv
 from .runner import RunSpec, default_workers, run_all
 
 PAPER_POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")
+DEFAULT_POLICIES = (*PAPER_POLICIES, DEFAULT_POLICY)  # the paper's six and the extender's default
+NOTHING_WRITTEN = "nothing written (no --out): add --out DIR for {files}"
 MAX_SEEDS = 1000  # runs are traces x policies x seeds: a typo such as 1-100000 would never end
 
 
@@ -60,7 +63,7 @@ def parse_seeds(text: str) -> list[int]:
 
 def parse_policies(values: Sequence[str] | None) -> list[str]:
     names: list[str] = []
-    for value in values or [",".join(PAPER_POLICIES)]:
+    for value in values or [",".join(DEFAULT_POLICIES)]:
         for name in value.split(","):
             name = name.strip().lower()
             if not name:
@@ -200,6 +203,8 @@ def _wrote(console: Console, written: Sequence[Path], stopped: Interrupted | Non
     if stopped is None:
         for path in written:
             console.print(f"wrote {path}", highlight=False)
+        if not written and unwritten:
+            console.print(NOTHING_WRITTEN.format(files=unwritten), highlight=False)
         return
     folder = written[0].parent if written else None
     kept = f"; wrote them to {folder}/ ({', '.join(p.name for p in written)})" if folder else "; nothing written"

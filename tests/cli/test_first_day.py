@@ -34,3 +34,25 @@ def test_every_command_that_takes_a_cluster_takes_example(args: list[str]) -> No
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "no such file" not in result.output
+
+
+def test_simulate_without_out_says_nothing_was_written_and_how_to_write() -> None:
+    result = runner.invoke(app, ["simulate", "-p", "fgd", "--workers", "1", "-q"])
+    assert result.exit_code == 0, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last == "nothing written (no --out): add --out DIR for summary.csv, curves.csv, table.md and the plots"
+
+
+def test_simulate_with_out_says_what_it_wrote(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["simulate", "-p", "fgd", "--workers", "1", "-q", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert f"wrote {tmp_path / 'summary.csv'}" in result.output
+    assert "nothing written" not in result.output
+
+
+def test_simulate_compares_the_serving_default_among_its_default_policies() -> None:
+    from scheduler.extender.config import PolicyConfig
+    from scheduler.sim.commands import parse_policies
+
+    assert PolicyConfig().name in parse_policies(None)
+    assert parse_policies(None)[:6] == ["random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd"]
