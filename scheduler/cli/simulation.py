@@ -204,6 +204,7 @@ def bound(
 
 
 ADVISE_OUTPUTS = ("table", "json")
+ADVISE_EXAMPLE = "advise-week.json"  # a week of the example cluster's recorded memory use (Prometheus JSON)
 
 
 @command("advise")
@@ -212,7 +213,7 @@ def advise(
         list[Path] | None,
         typer.Argument(
             help="Recorded metrics: a Prometheus query_range (or query) response as JSON, or a snapshot of an "
-            "agent's /metrics; several files: the peak over all.",
+            "agent's /metrics; several files: the peak over all. 'example': a week of the example cluster's.",
             show_default=False,
         ),
     ] = None,
@@ -243,8 +244,7 @@ def advise(
     threshold = opt.ratio("--threshold-pct", threshold_pct, 0.0, 100.0, "a percent in (0, 100]")
     headroom = opt.ratio("--headroom-pct", headroom_pct, 0.0, 1000.0, "a percent in [0, 1000]")
     granularity = opt.whole("--granularity-mib", granularity_mib, 1, 1 << 20, "a whole number of MiB >= 1")
-    for path in metrics or []:
-        opt.readable_file("input", path)
+    metrics = [opt.example_or_file("input", path, ADVISE_EXAMPLE) for path in metrics or []]
     if cluster is not None:
         cluster = opt.cluster_file("--cluster", cluster)
     from scheduler.sim import advise as advice

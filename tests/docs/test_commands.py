@@ -154,3 +154,31 @@ def test_the_quoted_version_prints_the_version() -> None:
     for command in quoted("--version"):
         done = gpuslice(*command)
         assert (done.returncode, done.stdout) == (0, f"gpuslice {__version__}\n"), done.stderr
+
+
+SHIPPED = ("example", "example-defrag")  # the examples that stand in for a file
+
+
+def on_shipped_examples(command: list[str]) -> bool:
+    """A command that reads only what ships with the package: its cluster is an example, and so
+    is every other input it names (no live cluster, no file of the reader's)."""
+    cluster = next((command[i + 1] for i, w in enumerate(command[:-1]) if w in ("--cluster-file", "--cluster")), "")
+    inputs = [w for i, w in enumerate(command[1:], 1) if not w.startswith("-") and not command[i - 1].startswith("-")]
+    return cluster in SHIPPED and all(w in SHIPPED for w in inputs)
+
+
+EXPECTED = {"advise": "SUGGESTED", "defrag": "move 1: evict "}  # the table's header; the plan's first move
+
+
+@pytest.mark.parametrize("first", sorted(EXPECTED))
+def test_the_documents_quote_a_runnable_command_for(first: str) -> None:
+    assert any(on_shipped_examples(c) for c in quoted(first)), f"no document quotes gpuslice {first} on an example"
+
+
+@pytest.mark.parametrize(
+    "command", [c for first in sorted(EXPECTED) for c in quoted(first) if on_shipped_examples(c)], ids=" ".join
+)
+def test_every_quoted_command_on_the_shipped_examples_runs(command: list[str]) -> None:
+    done = gpuslice(*command)
+    assert done.returncode == 0, done.stderr
+    assert EXPECTED[command[0]] in done.stdout, done.stdout
