@@ -99,6 +99,21 @@ def test_the_first_command_serves_the_example_and_plays_the_demo(served: tuple[s
         client.close()
 
 
+def test_the_demo_suggests_an_inspect_that_runs_as_printed(served: tuple[str, list[str]]) -> None:
+    # after the README's set-up nothing is on PATH: the line must name the script it can run
+    _, lines = served
+    suggested = lines[-1].split("inspect the result:", 1)[1].strip()
+    done = subprocess.run(suggested, shell=True, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (suggested, done.stderr)
+    assert done.stdout.split()[:3] == ["NODE", "GPU", "MODE"]
+
+
+def test_the_demo_puts_the_pod_without_gpus_on_the_node_without_gpus(served: tuple[str, list[str]]) -> None:
+    # the example's cpu-only node has room: the default policy keeps GPU nodes' CPU for GPU pods
+    _, lines = served
+    assert next(line for line in lines if line.startswith("demo/web ")).split()[1] == "cpu-only"
+
+
 def quoted_inspects() -> list[list[str]]:
     return sorted({tuple(c) for path in DOCUMENTS for c in gpuslice_commands(path) if c[:1] == ["inspect"]})  # type: ignore[return-value]
 
@@ -182,3 +197,4 @@ def test_every_quoted_command_on_the_shipped_examples_runs(command: list[str]) -
     done = gpuslice(*command)
     assert done.returncode == 0, done.stderr
     assert EXPECTED[command[0]] in done.stdout, done.stdout
+
