@@ -198,3 +198,11 @@ def test_every_quoted_command_on_the_shipped_examples_runs(command: list[str]) -
     assert done.returncode == 0, done.stderr
     assert EXPECTED[command[0]] in done.stdout, done.stdout
 
+
+def test_the_quoted_agent_demo_runs_without_a_cluster() -> None:
+    demos = [c for c in quoted("agent") if "--demo" in c]
+    assert demos, "no document quotes gpuslice agent --demo"
+    for command in demos:
+        done = gpuslice(*command)
+        assert done.returncode == 0, done.stderr
+        assert "CDI device  nvidia.com/gpu=" in done.stdout and "gpuslice_share_" in done.stdout
