@@ -45,7 +45,7 @@ from scheduler.core.errors import GpusliceError, UsageError
 from .engine import simulate
 from .metrics import RunRecord
 from .model import Trace
-from .pools import process_pool
+from .pools import held, process_pool
 from .sweep import PlannedRun
 
 EXECUTORS_HELP = "local, local:N, dask-local:N or dask://HOST:PORT"
@@ -154,14 +154,16 @@ class LocalExecutor:
                 events.finished(i, execute(run, traces[run.input_index], moved))
             return
         workers = min(self.workers, max(1, len(runs)))
-        with process_pool(workers) as (pool, updates):
+        with process_pool(workers) as (pool, updates, signals):
             index_of: dict[Future[tuple[int, Outcome]], int] = {}
-            for i, run in enumerate(runs):
-                index_of[pool.submit(_local_task, run, traces[run.input_index], i, updates)] = i
+            with held():
+                for i, run in enumerate(runs):
+                    index_of[pool.submit(_local_task, run, traces[run.input_index], i, updates)] = i
             pending = set(index_of)
             started: set[int] = set()
             while pending:
                 done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                signals.check()
                 _drain(updates, events, started)
                 for future in done:
                     index = index_of[future]

@@ -22,7 +22,7 @@ from .defrag import DefragSpec
 from .engine import RunResult, simulate
 from .errors import Interrupted
 from .model import Trace
-from .pools import Stopped, process_pool
+from .pools import Stopped, held, process_pool
 
 
 @dataclass(frozen=True)
@@ -111,13 +111,15 @@ def _in_processes(
     specs: Sequence[RunSpec], workers: int, bars: Progress, tasks: list[Any], results: list[RunResult | None]
 ) -> None:
     """The runs in ``workers`` processes, each result put in ``results`` the moment it arrives."""
-    with process_pool(workers) as (pool, updates):
-        pending: set[Future[tuple[int, RunResult]]] = {
-            pool.submit(_run, spec, i, updates) for i, spec in enumerate(specs)
-        }
+    with process_pool(workers) as (pool, updates, signals):
+        with held():
+            pending: set[Future[tuple[int, RunResult]]] = {
+                pool.submit(_run, spec, i, updates) for i, spec in enumerate(specs)
+            }
         started: set[int] = set()
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            signals.check()
             _drain(updates, bars, tasks, started)
             for future in done:
                 index, result = future.result()

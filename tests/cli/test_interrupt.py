@@ -128,3 +128,31 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+@pytest.mark.parametrize("after", [0.5, 1.5, 3.0])
+def test_ctrl_c_at_any_moment_ends_the_command_and_every_process(tmp_path: Path, after: float) -> None:
+    # Early Ctrl-Cs land while the pool starts its workers, or while the parent waits on its
+    # futures: a signal raised inside concurrent.futures.wait could leave future locks taken and
+    # the interpreter waiting for the pool's thread at exit forever; a worker still starting up
+    # printed the interpreter's traceback.
+    process = subprocess.Popen(
+        [str(SCRIPT), "simulate", "-p", "fgd", "--seeds", f"1-{SEEDS}", "--workers", str(WORKERS), "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        time.sleep(after)
+        below = descendants(process.pid)
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=DONE_SECONDS)
+        time.sleep(0.5)
+        assert not alive(below | descendants(process.pid)), "a process was left behind"
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert process.returncode == 128 + signal.SIGINT, stderr
+    assert "Traceback" not in stderr, stderr
