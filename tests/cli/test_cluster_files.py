@@ -3,15 +3,14 @@ runs and answers nonsense."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
-from typer.testing import CliRunner
-
-from scheduler.cli import app
 from scheduler.extender.debug import describe
 from scheduler.extender.inspection import render
 
-runner = CliRunner()
+SCRIPT = Path(sys.executable).with_name("gpuslice")
 
 PODS_ONLY = """\
 apiVersion: v1
@@ -39,13 +38,14 @@ def test_a_cluster_file_of_pods_without_nodes_is_refused_by_serve_with_one_line(
     path.write_text(PODS_ONLY)
     serve = ["serve", "--cluster-file", str(path), "--demo-exit", "--port", "0"]
     for args in (serve, ["defrag", "--cluster-file", str(path)]):
-        result = runner.invoke(app, args)
-        assert result.exit_code == 2, (args, result.output)
-        lines = result.output.strip().splitlines()
+        # a real process: serve sets up logging, which must not outlive the test in this one
+        done = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        lines = (done.stdout + done.stderr).strip().splitlines()
         assert lines == [
             f"gpuslice {args[0]}: {path}: 2 Pods and no Node: nothing to schedule them on; list the nodes too "
             "(kubectl get nodes,pods -A -o yaml)"
-        ], result.output
+        ], done.stderr
 
 
 def test_a_node_known_only_by_its_pods_is_shown_with_a_reason_not_none() -> None:
