@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -206,3 +207,11 @@ def test_the_quoted_agent_demo_runs_without_a_cluster() -> None:
         done = gpuslice(*command)
         assert done.returncode == 0, done.stderr
         assert "CDI device  nvidia.com/gpu=" in done.stdout and "gpuslice_share_" in done.stdout
+
+
+def test_the_readme_says_how_long_its_two_commands_take() -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    for command in ("bash scripts/install-venv.sh .venv && ", "bash scripts/test.sh\n"):
+        after = text.split(command, 1)[1].split("```", 1)[1]  # the prose after the command's block
+        first = after.strip().split("\n\n", 1)[0]
+        assert re.match(r"\(About [\d.]+ minutes", first), (command, first)
