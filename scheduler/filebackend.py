@@ -32,18 +32,21 @@ from scheduler.core.request import DEFAULT_PREFIX
 log = logs.get("filebackend")
 
 EXAMPLE = "example"  # ``--cluster-file example``: the example cluster shipped with the package
+# The example clusters shipped with the package, by the name that stands for them in place of a file.
+EXAMPLES = {EXAMPLE: "cluster.yaml", "example-defrag": "defrag.yaml"}
 
 
-def example_path() -> Path:
-    """The example cluster shipped with the package (usable after ``pip install``)."""
-    return Path(str(importlib.resources.files("scheduler") / "examples" / "cluster.yaml"))
+def example_path(name: str = EXAMPLE) -> Path:
+    """An example cluster shipped with the package (usable after ``pip install``)."""
+    return Path(str(importlib.resources.files("scheduler") / "examples" / EXAMPLES[name]))
 
 
 def resolve_cluster_file(value: str) -> Path:
-    """``value`` as a path; ``example`` (when no such file exists) is the shipped example cluster."""
+    """``value`` as a path; ``example`` or ``example-defrag`` (when no such file exists) is the
+    shipped example cluster of that name."""
     path = Path(value)
-    if value == EXAMPLE and not path.exists():
-        return example_path()
+    if value in EXAMPLES and not path.exists():
+        return example_path(value)
     return path
 
 
@@ -160,6 +163,11 @@ class FileBackend:
         self._clock = clock
         body = read_list(self.path)
         self._nodes, self._pods = parse_list(self.path, body)
+        if self._pods and not self._nodes:
+            raise ClusterFileError(
+                f"{self.path}: {len(self._pods)} Pods and no Node: nothing to schedule them on; list the nodes "
+                "too (kubectl get nodes,pods -A -o yaml)"
+            )
         self._quotas = parse_quotas(self.path, body)
         self._on_node: dict[str, set[str]] = {}  # node -> keys of the pods bound to it
         for key, pod in self._pods.items():

@@ -121,6 +121,7 @@ class Agent:
         self._reported: set[str] = set()
         self.mismatches: list[str] = []  # every disagreement with the kubelet, as reported
         self.problems: list[str] = []  # the last tick's problems (one line each)
+        self._logged: set[str] = set()  # the problems logged: a problem that stays is not logged again
         # measured use per share, strays and overruns (scheduler/agent/measure.py)
         self.measure = Measure(config, gpus, cluster, procs or ProcFs(config.measure.proc_root), wall)
 
@@ -559,7 +560,9 @@ class Agent:
             self.problems.extend(self.measure.round(self._pods.values(), self._clock.monotonic()))
             self._publish()
             for line in self.problems:
-                log.warning("%s", line)
+                if line not in self._logged:  # once, then again only if it went away and came back
+                    log.warning("%s", line)
+            self._logged = set(self.problems)
             return list(self.problems)
 
     # ------------------------------------------------------------ for tests and inspection

@@ -95,13 +95,17 @@ def _serve(config: AgentConfig, gpus: Gpus, cluster: NodeCluster, stop: threadin
         agent.start()
         cluster.follow_pods(agent.on_pod)
         health.started = True
+        said = ""  # the plugin's last problem: logged once, then only when it changes
         while not stop.is_set():
             agent.tick()
             health.round_done()
             try:
                 plugin.check()
+                said = ""
             except PluginError as exc:
-                log.warning("%s; trying again in %.0fs", exc, config.poll_s)
+                if str(exc) != said:
+                    log.warning("%s; trying again every %.0fs (logged again only if it changes)", exc, config.poll_s)
+                said = str(exc)
             stop.wait(config.poll_s)
     finally:
         if server is not None:

@@ -13,7 +13,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -76,8 +76,21 @@ def command(name: str) -> Callable[[F], F]:
     return register
 
 
+def _version(asked: bool) -> None:
+    if asked:
+        from scheduler import __version__
+
+        print(f"gpuslice {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
     """Share NVIDIA GPUs densely: a kube-scheduler extender, and a simulator for its policies."""
 
 

@@ -53,6 +53,28 @@ def readable_file(option: str, path: Path) -> Path:
     return path
 
 
+EXAMPLE = "example"  # in place of an input file: the package's example of that input
+
+
+def cluster_file(option: str, path: Path) -> Path:
+    """``path``, a file this process can read; ``example`` (where no such file is) names the
+    example cluster shipped with the package, as every command that takes a cluster accepts
+    (``example-defrag``: the fragmented one)."""
+    from scheduler.filebackend import resolve_cluster_file
+
+    return readable_file(option, resolve_cluster_file(str(path)))
+
+
+def example_or_file(option: str, path: Path, shipped: str) -> Path:
+    """``path``, a file this process can read; ``example`` (where no such file is) names the
+    package's example file ``shipped`` (in ``scheduler/examples``)."""
+    if str(path) == EXAMPLE and not path.exists():
+        import importlib.resources
+
+        return Path(str(importlib.resources.files("scheduler") / "examples" / shipped))
+    return readable_file(option, path)
+
+
 def readable_folder(option: str, path: Path) -> Path:
     """``path``, a folder this process can read."""
     if not path.is_dir():
@@ -111,6 +133,8 @@ def choice(option: str, text: str, accepted: tuple[str, ...]) -> str:
 
 __all__ = [
     "choice",
+    "cluster_file",
+    "example_or_file",
     "node_name",
     "ratio",
     "readable_file",

@@ -69,8 +69,8 @@ def check_options(
         opt.readable_file("--kubeconfig", Path(kubeconfig))
     if config_file is not None:
         opt.readable_file("--config", config_file)
-    if cluster_file is not None and cluster_file != "example":
-        opt.readable_file("--cluster-file", Path(cluster_file))
+    if cluster_file is not None:
+        opt.cluster_file("--cluster-file", Path(cluster_file))
     for name in namespaces or []:
         if not NAMESPACE.fullmatch(name):
             raise UsageError(f"--namespace {name!r}: accepted: {NAMESPACE_ACCEPTED}")
@@ -113,7 +113,8 @@ def defrag(
         str | None,
         typer.Option(
             help="Plan for a Kubernetes v1 List of nodes and pods (kubectl get nodes,pods -A -o yaml) "
-            "instead of the live cluster; 'example' for the embedded example cluster."
+            "instead of the live cluster; 'example' for the embedded example cluster, 'example-defrag' for a "
+            "fragmented one."
         ),
     ] = None,
     config_file: Annotated[

@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from scheduler.core.errors import UsageError
+
 from . import _options as opt
 from ._app import command
 
@@ -18,10 +20,24 @@ def agent(
     kubeconfig: Annotated[str, typer.Option(help="A kubeconfig (default: the in-cluster service account).")] = "",
     api_url: Annotated[str, typer.Option(help="An API server URL, reached without credentials.")] = "",
     dry_run: Annotated[bool, typer.Option(help="Print the inventory the GPUs give, and exit.")] = False,
+    demo: Annotated[
+        bool,
+        typer.Option(
+            help="Without a cluster: run on the example's fake GPUs against a local stand-in for the API "
+            "server and kubelet, show the inventory, one admission and /metrics, and exit."
+        ),
+    ] = False,
 ) -> None:
     """The node agent: publish this node's GPUs, make MIG instances, hand each pod its share."""
     if node:
         opt.node_name("--node", node)
+    if demo:
+        if kubeconfig or api_url or dry_run:
+            raise UsageError("--demo needs no cluster: drop --kubeconfig, --api-url and --dry-run")
+        from scheduler.agent.demo import run_demo_agent
+
+        run_demo_agent(config or None, node, fake_gpus or "example")
+        return
     from scheduler.agent.main import run_agent
     from scheduler.kube.nodeapi import NodeApi
 

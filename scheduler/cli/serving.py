@@ -144,8 +144,8 @@ def serve(
         opt.readable_file("--kubeconfig", Path(kubeconfig))
     if config_file is not None:
         opt.readable_file("--config", config_file)
-    if cluster_file is not None and cluster_file != "example":
-        opt.readable_file("--cluster-file", Path(cluster_file))
+    if cluster_file is not None:
+        opt.cluster_file("--cluster-file", Path(cluster_file))
     flags = {
         "policy": policy,
         "prefix": prefix,

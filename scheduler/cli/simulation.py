@@ -8,7 +8,6 @@ form of ``--seeds``, replay modes).
 from __future__ import annotations
 
 import math
-import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -22,7 +21,7 @@ from ._app import command
 
 TRACE_HELP = (
     "Input(s): an openb pod list (.csv), a scenario (.yaml) or a Kubernetes v1 List "
-    "(kubectl get nodes,pods -A -o yaml). None: a small embedded scenario."
+    "(kubectl get nodes,pods -A -o yaml; 'example': the embedded example cluster). None: a small embedded scenario."
 )
 SEEDS_HELP = "Seeds: 42, 42,43 or 42-51."
 DEFAULT_SEEDS = "42"
@@ -37,12 +36,11 @@ def inflate_option(text: str | None) -> float | None:
     return None if text is None else opt.ratio("--inflate", text, 0.0, MAX_INFLATE, INFLATE_ACCEPTED)
 
 
-def inputs(traces: list[Path] | None, nodes: Path | None) -> None:
-    """The input files, and ``--nodes``, exist and can be read."""
-    for path in traces or []:
-        opt.readable_file("input", path)
+def inputs(traces: list[Path] | None, nodes: Path | None) -> list[Path]:
+    """The input files (``example``: the example cluster), and ``--nodes``, exist and can be read."""
     if nodes is not None:
         opt.readable_file("--nodes", nodes)
+    return [opt.cluster_file("input", path) for path in traces or []]
 
 
 def out_option(path: Path | None) -> Path | None:
@@ -67,7 +65,9 @@ def simulate(
     ] = None,
     policy: Annotated[
         list[str] | None,
-        typer.Option("--policy", "-p", help="Policy, repeatable or comma separated (default: the paper's six)."),
+        typer.Option(
+            "--policy", "-p", help="Policy, repeatable or comma separated (default: the paper's six and fgd-reserve)."
+        ),
     ] = None,
     seeds: Annotated[str, typer.Option(help=SEEDS_HELP)] = DEFAULT_SEEDS,
     inflate: Annotated[
@@ -99,7 +99,9 @@ def simulate(
         ),
     ] = None,
     workers: Annotated[str | None, typer.Option(metavar="N", help="Processes (default: all cores).")] = None,
-    out: Annotated[Path | None, typer.Option(help="Write summary.csv, curves.csv and PNG plots here.")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Write summary.csv, curves.csv and PNG plots here (none: nothing is written).")
+    ] = None,
     reference: Annotated[
         Path | None, typer.Option(help="The paper's curves (fgd_expected_results) to compare and overlay.")
     ] = None,
@@ -143,14 +145,16 @@ def simulate(
         )
     if defrag_budget is not None and reference is not None:
         raise UsageError("--reference with --defrag-budget: the defragmentation table has no paper curves; drop one")
-    inputs(traces, nodes)
+    paths = inputs(traces, nodes)
     if reference is not None:
         opt.readable_folder("--reference", reference)
     folder = out_option(out)
     from scheduler.sim import commands
+    from scheduler.sim.pools import stop_on_sigterm
 
+    stop_on_sigterm()  # kill: the workers end and the finished runs are written, as for Ctrl-C
     commands.simulate(
-        traces or [],
+        paths,
         nodes,
         policy,
         seeds,
@@ -192,14 +196,15 @@ def bound(
     ratio = inflate_option(inflate)
     top = int(MAX_INFLATE * 100)
     cut = opt.whole("--at", at, 1, top, f"a whole percent from 1 to {top} (arrivals reach 100 x the inflation)")
-    inputs(traces, nodes)
+    paths = inputs(traces, nodes)
     folder = out_option(out)
     from scheduler.sim import commands
 
-    commands.bound_table(traces or [], nodes, seeds, ratio, shuffle, cut, folder)
+    commands.bound_table(paths, nodes, seeds, ratio, shuffle, cut, folder)
 
 
 ADVISE_OUTPUTS = ("table", "json")
+ADVISE_EXAMPLE = "advise-week.json"  # a week of the example cluster's recorded memory use (Prometheus JSON)
 
 
 @command("advise")
@@ -208,13 +213,16 @@ def advise(
         list[Path] | None,
         typer.Argument(
             help="Recorded metrics: a Prometheus query_range (or query) response as JSON, or a snapshot of an "
-            "agent's /metrics; several files: the peak over all.",
+            "agent's /metrics; several files: the peak over all. 'example': a week of the example cluster's.",
             show_default=False,
         ),
     ] = None,
     cluster: Annotated[
         Path | None,
-        typer.Option(help="A Kubernetes v1 List (kubectl get nodes,pods -A -o yaml): compute the GPUs freed."),
+        typer.Option(
+            help="A Kubernetes v1 List (kubectl get nodes,pods -A -o yaml; 'example': the embedded example "
+            "cluster): compute the GPUs freed."
+        ),
     ] = None,
     threshold_pct: Annotated[
         str, typer.Option(metavar="PCT", help="Far below: a measured peak at most this percent of the share's memory.")
@@ -236,10 +244,9 @@ def advise(
     threshold = opt.ratio("--threshold-pct", threshold_pct, 0.0, 100.0, "a percent in (0, 100]")
     headroom = opt.ratio("--headroom-pct", headroom_pct, 0.0, 1000.0, "a percent in [0, 1000]")
     granularity = opt.whole("--granularity-mib", granularity_mib, 1, 1 << 20, "a whole number of MiB >= 1")
-    for path in metrics or []:
-        opt.readable_file("input", path)
+    metrics = [opt.example_or_file("input", path, ADVISE_EXAMPLE) for path in metrics or []]
     if cluster is not None:
-        opt.readable_file("--cluster", cluster)
+        cluster = opt.cluster_file("--cluster", cluster)
     from scheduler.sim import advise as advice
 
     options = advice.Options(threshold, headroom, granularity, policy or advice.DEFAULT_POLICY)
@@ -251,10 +258,6 @@ def advise(
 
 
 EXIT_FAILED_MAX = 100  # the exit status of a sweep is the number of failed runs, up to this
-
-
-def _unwind(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
 
 
 @command("sweep")
@@ -287,10 +290,11 @@ def sweep(
     if out is not None:
         opt.writable_folder("--out", out)
     from scheduler.sim import commands
+    from scheduler.sim.pools import stop_on_sigterm
 
     # A stopped sweep (kill, a pod's termination) leaves its cluster and workers closed: SIGTERM
     # unwinds like Ctrl-C, through the executor's clean-up. Stored runs are kept either way.
-    signal.signal(signal.SIGTERM, _unwind)
+    stop_on_sigterm()
     failed = commands.sweep(file, data, out, reference, executor, quiet)
     if failed:
         raise typer.Exit(min(failed, EXIT_FAILED_MAX))

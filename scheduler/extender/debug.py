@@ -81,6 +81,8 @@ def describe(
 ) -> dict[str, Any]:
     """One node as JSON: capacity, pods with their shares (with measured use, where the node
     agent publishes it), devices, stray processes, rejected records."""
+    if state is None and not problem:
+        problem = "no Node object of that name: only pods bound to it name it"
     out: dict[str, Any] = {"name": name, "usable": state is not None and not problem, "problem": problem or None}
     measured, out["measured"] = _measured(name, usage)
     if state is not None:

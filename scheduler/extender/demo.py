@@ -4,8 +4,12 @@ one went and why. Scores are what prioritize answers kube-scheduler: 0..10."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .client import ExtenderClient
@@ -31,8 +35,7 @@ def schedule(client: ExtenderClient, pod: Mapping[str, Any], names: Sequence[str
     passed = result.get("NodeNames") or []
     if not passed:
         reasons = {**(result.get("FailedNodes") or {}), **(result.get("FailedAndUnresolvableNodes") or {})}
-        shown = "; ".join(f"{n}: {r}" for n, r in sorted(reasons.items())[:3])
-        return Outcome(key, "", None, f"fits nowhere ({shown})")
+        return Outcome(key, "", None, f"fits nowhere ({nowhere(reasons)})")
     scores = client.prioritize(pod, passed)
     best = max(scores, key=lambda hp: (hp["Score"], -passed.index(hp["Host"])))
     error = client.bind(pod, best["Host"])
@@ -42,6 +45,35 @@ def schedule(client: ExtenderClient, pod: Mapping[str, Any], names: Sequence[str
     shares: list[dict[str, Any]] = next((p["shares"] for p in node.get("pods", []) if p["pod"] == key), [])
     detail = ", ".join(_share(s) for s in shares) or "no GPU (CPU and memory only)"
     return Outcome(key, best["Host"], int(best["Score"]), detail)
+
+
+SHOWN_REASONS = 3  # nodes named in a "fits nowhere" line; the rest are counted
+
+
+def nowhere(reasons: Mapping[str, str]) -> str:
+    """Why a pod fits nowhere: the first nodes' reasons, and how many more nodes refused it."""
+    if not reasons:
+        return "no node to try"
+    named = sorted(reasons.items())
+    shown = "; ".join(f"{n}: {r}" for n, r in named[:SHOWN_REASONS])
+    more = len(named) - SHOWN_REASONS
+    return shown + (f"; and {more} more" if more > 0 else "")
+
+
+def runnable_name(argv0: str | None = None) -> str:
+    """How to run this gpuslice again from the same shell: ``gpuslice`` when PATH finds this very
+    script, else the script as it was started (``.venv/bin/gpuslice`` after the README's set-up,
+    which puts nothing on PATH)."""
+    started = argv0 if argv0 is not None else sys.argv[0]
+    if Path(started).name != "gpuslice":
+        return "gpuslice"  # started another way (python -m, a test): the plain name is all there is
+    found = shutil.which("gpuslice")
+    if found and Path(found).resolve() == Path(started).resolve():
+        return "gpuslice"
+    relative = os.path.relpath(os.path.abspath(started))
+    if relative.startswith(".."):
+        return os.path.abspath(started)
+    return relative if os.sep in relative else f".{os.sep}{relative}"
 
 
 def _share(share: Mapping[str, Any]) -> str:

@@ -179,7 +179,7 @@ def _announce(server: Server, demo: DemoPlan | None) -> None:
 
 def _run_demo(server: Server, demo: DemoPlan) -> None:
     from .client import ExtenderClient
-    from .demo import play, show
+    from .demo import play, runnable_name, show
 
     config = server.extender.config
     client = ExtenderClient(server.url, config.url_prefix)
@@ -187,7 +187,7 @@ def _run_demo(server: Server, demo: DemoPlan) -> None:
         outcomes = play(client, demo.pods, demo.nodes)
         print(show(outcomes, config.policy.name), flush=True)
         if not demo.exit_after:
-            print(f"\ninspect the result:  gpuslice inspect --url {server.url}", flush=True)
+            print(f"\ninspect the result:  {runnable_name()} inspect --url {server.url}", flush=True)
     except Exception as exc:  # the demo must not take the service down
         print(f"demo failed: {exc}", file=sys.stderr)
         server.demo_failed = True

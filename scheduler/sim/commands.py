@@ -13,9 +13,11 @@ from scheduler.core.errors import UsageError
 from scheduler.core.policies import REGISTRY
 
 from . import defragtable
+from .advise import DEFAULT_POLICY
 from .bound import Bound, bound
 from .defrag import DefragSpec
-from .errors import TraceError
+from .engine import RunResult
+from .errors import Interrupted, TraceError
 from .load import embedded_scenario, load_trace
 from .metrics import RunRecord
 from .model import ARRIVALS, REPLAY_MODES, TIMED, Trace
@@ -25,6 +27,8 @@ from .report import Report, write_csv
 from .runner import RunSpec, default_workers, run_all
 
 PAPER_POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")
+DEFAULT_POLICIES = (*PAPER_POLICIES, DEFAULT_POLICY)  # the paper's six and the extender's default
+NOTHING_WRITTEN = "nothing written (no --out): add --out DIR for {files}"
 MAX_SEEDS = 1000  # runs are traces x policies x seeds: a typo such as 1-100000 would never end
 
 
@@ -59,7 +63,7 @@ def parse_seeds(text: str) -> list[int]:
 
 def parse_policies(values: Sequence[str] | None) -> list[str]:
     names: list[str] = []
-    for value in values or [",".join(PAPER_POLICIES)]:
+    for value in values or [",".join(DEFAULT_POLICIES)]:
         for name in value.split(","):
             name = name.strip().lower()
             if not name:
@@ -152,13 +156,14 @@ def simulate(
             for s in seed_list
             for a in arms
         ]
-        results = run_all(specs, workers or default_workers(), Console(stderr=True), show_progress=not quiet)
+        results, stopped = _finished(specs, workers, quiet)
         recorded = defragtable.rows(results)
         console.print(defragtable.table(defragtable.summary(recorded)))
+        written = []
         if out is not None:
-            path = out / defragtable.DEFRAG_FILE
-            write_csv(path, defragtable.COLUMNS, recorded)
-            console.print(f"wrote {path}")
+            written.append(out / defragtable.DEFRAG_FILE)
+            write_csv(written[0], defragtable.COLUMNS, recorded)
+        _wrote(console, written, stopped, defragtable.DEFRAG_FILE)
         return
     ref: Reference | None = load_reference(reference) if reference is not None else None
     specs = [
@@ -167,9 +172,9 @@ def simulate(
         for p in policies
         for s in seed_list
     ]
-    results = run_all(specs, workers or default_workers(), Console(stderr=True), show_progress=not quiet)
+    results, stopped = _finished(specs, workers, quiet)
     bounds: dict[tuple[str, int], float] = {}
-    if with_bound:
+    if with_bound and stopped is None:
         for t in loaded:
             if (replay or t.replay) != ARRIVALS:
                 continue
@@ -179,9 +184,31 @@ def simulate(
     report.print(console)
     for note in report.notes():
         console.print(f"note: {note}", highlight=False)
-    if out is not None:
-        for path in report.write(out):
-            console.print(f"wrote {path}")
+    written = report.write(out) if out is not None and results else []
+    _wrote(console, written, stopped, "summary.csv, curves.csv, table.md and the plots" if out is None else "")
+
+
+def _finished(specs: Sequence[RunSpec], workers: int | None, quiet: bool) -> tuple[list[RunResult], Interrupted | None]:
+    """The runs' results; stopped by a signal, those that had finished and the interruption."""
+    try:
+        return run_all(specs, workers or default_workers(), Console(stderr=True), show_progress=not quiet), None
+    except Interrupted as stopped:
+        return stopped.finished, stopped
+
+
+def _wrote(console: Console, written: Sequence[Path], stopped: Interrupted | None, unwritten: str) -> None:
+    """Say what was written (or, with no ``--out``, that nothing was: ``unwritten`` names what
+    ``--out`` would write); after an interruption, end the command with one line that says
+    what was kept and where (:class:`Interrupted`, exit 128 + the signal)."""
+    if stopped is None:
+        for path in written:
+            console.print(f"wrote {path}", highlight=False)
+        if not written and unwritten:
+            console.print(NOTHING_WRITTEN.format(files=unwritten), highlight=False)
+        return
+    folder = written[0].parent if written else None
+    kept = f"; wrote them to {folder}/ ({', '.join(p.name for p in written)})" if folder else "; nothing written"
+    raise Interrupted(stopped.signum, stopped.finished, stopped.total, kept)
 
 
 def bound_table(

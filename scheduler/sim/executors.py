@@ -30,14 +30,13 @@ into a :class:`RunFailed`, and a worker that dies is recorded the same way.
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import os
 import queue as queue_module
 import time
 import traceback
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -46,6 +45,7 @@ from scheduler.core.errors import GpusliceError, UsageError
 from .engine import simulate
 from .metrics import RunRecord
 from .model import Trace
+from .pools import held, process_pool
 from .sweep import PlannedRun
 
 EXECUTORS_HELP = "local, local:N, dask-local:N or dask://HOST:PORT"
@@ -153,30 +153,25 @@ class LocalExecutor:
 
                 events.finished(i, execute(run, traces[run.input_index], moved))
             return
-        context = multiprocessing.get_context("spawn")
-        with context.Manager() as manager:
-            updates = manager.Queue()
-            workers = min(self.workers, max(1, len(runs)))
-            with ProcessPoolExecutor(max_workers=workers, mp_context=context, max_tasks_per_child=1) as pool:
-                index_of: dict[Future[tuple[int, Outcome]], int] = {}
+        workers = min(self.workers, max(1, len(runs)))
+        with process_pool(workers) as (pool, updates, signals):
+            index_of: dict[Future[tuple[int, Outcome]], int] = {}
+            with held():
                 for i, run in enumerate(runs):
                     index_of[pool.submit(_local_task, run, traces[run.input_index], i, updates)] = i
-                pending = set(index_of)
-                started: set[int] = set()
-                try:
-                    while pending:
-                        done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                        _drain(updates, events, started)
-                        for future in done:
-                            index = index_of[future]
-                            try:
-                                outcome = future.result()[1]
-                            except Exception as exc:  # the worker process died (BrokenProcessPool)
-                                outcome = RunFailed(f"the worker process died: {type(exc).__name__}: {exc}")
-                            events.finished(index, outcome)
-                finally:
-                    for future in pending:
-                        future.cancel()
+            pending = set(index_of)
+            started: set[int] = set()
+            while pending:
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                signals.check()
+                _drain(updates, events, started)
+                for future in done:
+                    index = index_of[future]
+                    try:
+                        outcome = future.result()[1]
+                    except Exception as exc:  # the worker process died (BrokenProcessPool)
+                        outcome = RunFailed(f"the worker process died: {type(exc).__name__}: {exc}")
+                    events.finished(index, outcome)
 
 
 def _drain(updates: Any, events: Events, started: set[int]) -> None:

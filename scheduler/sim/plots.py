@@ -45,6 +45,7 @@ def plot_traces(report: Report, out: Path) -> list[Path]:
         policies = [p for (t, p) in groups if t == trace]
         for kind, ylabel, pick in kinds:
             fig, ax = plt.subplots(figsize=(7.5, 4.5))
+            drawn: list[tuple[np.ndarray, np.ndarray]] = []  # every curve and band edge, for the window
             for n, policy in enumerate(policies):
                 color = f"C{n % 10}"
                 xs, median, low, high = _band([report.curves[i] for i in groups[(trace, policy)]], pick)
@@ -52,17 +53,19 @@ def plot_traces(report: Report, out: Path) -> list[Path]:
                     continue
                 ax.plot(xs, median, color=color, label=f"{policy} (ours)")
                 ax.fill_between(xs, low, high, color=color, alpha=0.2, linewidth=0)
+                drawn += [(xs, low), (xs, high)]
                 ref = _reference_band(report, trace, policy, kind)
                 if ref is not None:
                     ax.plot(ref[0], ref[1], color=color, linestyle="--", linewidth=1, label=f"{policy} (paper)")
+                    drawn.append(ref)
             ax.set_xlabel("arrived GPU request (% of capacity)")
             ax.set_ylabel(ylabel)
-            ax.set_title(f"{trace}: median over seeds, band min-max", fontsize=10)
+            title = f"{trace}: median over seeds, band min-max"
+            if drawn and max(float(x.max()) for x, _ in drawn) > WINDOW[1]:
+                title += f"; arrived {WINDOW[0]}-{WINDOW[1]}% shown"
+                _window(ax, drawn)
+            ax.set_title(title, fontsize=10)
             ax.grid(True, alpha=0.3)
-            if kind == "unallocated" and ax.get_xlim()[1] > 100:
-                # the interesting part: where policies part ways, up to the end of the run
-                ax.set_xlim(left=60)
-                ax.set_ylim(bottom=0, top=min(45.0, ax.get_ylim()[1]))
             ax.legend(fontsize=7, ncol=2)
             path = out / f"{trace}_{kind}.png"
             fig.tight_layout()
@@ -70,6 +73,21 @@ def plot_traces(report: Report, out: Path) -> list[Path]:
             plt.close(fig)
             written.append(path)
     return written
+
+
+# Arrived GPU % shown when a run goes further (a timed replay's arrivals reach several times the
+# capacity): from where policies part ways to a little past the headline (100%), as the FGD paper
+# draws it; the y-axis then fits every curve and band inside that window.
+WINDOW = (60, 130)
+
+
+def _window(ax: Any, drawn: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
+    inside = [y[(x >= WINDOW[0]) & (x <= WINDOW[1])] for x, y in drawn]
+    values = np.concatenate([v for v in inside if v.size]) if any(v.size for v in inside) else np.zeros(1)
+    top = float(np.nanmax(values)) if np.isfinite(values).any() else 1.0
+    ax.set_xlim(*WINDOW)
+    ax.set_ylim(bottom=0, top=max(1.0, top * 1.05))
+    ax.axvline(100, color="0.5", linestyle=":", linewidth=1)
 
 
 def plot_overview(rows: Sequence[Mapping[str, object]], out: Path) -> Path:
@@ -80,7 +98,7 @@ def plot_overview(rows: Sequence[Mapping[str, object]], out: Path) -> Path:
     traces = sorted({t for t, _ in by}, key=lambda t: (t != "default", t))
     policies = list(dict.fromkeys(p for _, p in by))
     width = 0.8 / max(1, len(policies))
-    fig, ax = plt.subplots(figsize=(max(7.5, 0.9 * len(traces) + 2), 4.8))
+    fig, ax = plt.subplots(figsize=(max(7.5, 0.9 * len(traces) + 3.5), 4.8))
     xs = np.arange(len(traces))
     paper_labelled = False
     for n, policy in enumerate(policies):
@@ -115,9 +133,11 @@ def plot_overview(rows: Sequence[Mapping[str, object]], out: Path) -> Path:
             paper_labelled = True
     ax.set_xticks(xs, traces, rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("unallocated GPU at arrived = 100% (%)")
-    ax.set_title("Unallocated GPU per trace and policy (mean ± sd over seeds; black: the paper's mean)", fontsize=10)
+    note = "; black: the paper's mean" if paper_labelled else ""
+    ax.set_title(f"Unallocated GPU per trace and policy (mean ± sd over seeds{note})", fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=7, ncol=min(4, len(policies) + 1))
+    # beside the axes, never over a bar or its whisker
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     path = out / OVERVIEW_FILE
     fig.tight_layout()
     fig.savefig(path, dpi=110)

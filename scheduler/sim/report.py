@@ -135,41 +135,38 @@ class Report:
         return group_rows(self.rows, bounds, self.reference)
 
     def table(self) -> Table:
-        """The rich table; a GPU-hours column only when some run has them (timed replays)."""
+        """The rich table; a GPU-hours column only when some run has them (timed replays), the
+        paper's and the bound's columns only when some row has them. Trace names and ``mean ± sd``
+        never wrap nor are cut: at 80 columns the other columns' headers wrap instead."""
         rows = self.table_rows()
         timed = any(_float(r["gpu_hours"]) > 0 for r in rows)
+        columns: dict[str, list[str]] = {
+            "trace": [str(r["trace"]) for r in rows],
+            "policy": [str(r["policy"]) for r in rows],
+            "seeds": [str(r["seeds"]) for r in rows],
+            "unallocated %": [_cell(r["unallocated_mean"], r["unallocated_sd"]) for r in rows],
+            "paper %": [_cell(r["paper"]) for r in rows],
+            "Δ pp": [_cell(r["delta"], signed=True) for r in rows],
+            "bound: unalloc. %": [_cell(r["bound_unallocated"]) for r in rows],
+            "frag rate %": [_cell(r["frag_rate"]) for r in rows],
+            "failed pods": [_cell(r["failed"], digits=0) for r in rows],
+            "GPU-hours": [_cell(r["gpu_hours"], digits=0) for r in rows] if timed else [],
+            "s/run": [_cell(r["wall"], digits=1) for r in rows],
+        }
+        optional = ("paper %", "Δ pp", "bound: unalloc. %")
+        shown = {
+            name: cells
+            for name, cells in columns.items()
+            if (cells or not rows) and not (name in optional and all(c == "–" for c in cells))
+        }
+        if not timed:
+            shown.pop("GPU-hours", None)
         table = Table(title="Unallocated GPU % at arrived = 100% (mean ± sd over seeds)")
-        for column in (
-            "trace",
-            "policy",
-            "seeds",
-            "unallocated %",
-            "paper %",
-            "Δ pp",
-            "bound: unalloc. %",
-            "frag rate %",
-            "failed pods",
-            "GPU-hours",
-            "s/run",
-        ):
-            if column == "GPU-hours" and not timed:
-                continue
-            table.add_column(column, justify="left" if column in ("trace", "policy") else "right")
-        for row in rows:
-            hours = [_cell(row["gpu_hours"], digits=0)] if timed else []
-            table.add_row(
-                str(row["trace"]),
-                str(row["policy"]),
-                str(row["seeds"]),
-                _cell(row["unallocated_mean"], row["unallocated_sd"]),
-                _cell(row["paper"]),
-                _cell(row["delta"], signed=True),
-                _cell(row["bound_unallocated"]),
-                _cell(row["frag_rate"]),
-                _cell(row["failed"], digits=0),
-                *hours,
-                _cell(row["wall"], digits=1),
-            )
+        for name in shown:
+            whole = name in ("trace", "policy", "unallocated %")
+            table.add_column(name, justify="left" if name in ("trace", "policy") else "right", no_wrap=whole)
+        for i in range(len(rows)):
+            table.add_row(*(cells[i] for cells in shown.values()))
         return table
 
     def print(self, console: Console) -> None:

@@ -7,11 +7,11 @@ exactly. Progress travels back through a managed queue.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import queue as queue_module
-from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+import signal
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .defrag import DefragSpec
 from .engine import RunResult, simulate
+from .errors import Interrupted
 from .model import Trace
+from .pools import Stopped, held, process_pool
 
 
 @dataclass(frozen=True)
@@ -41,24 +43,27 @@ class RunSpec:
         return f"{self.trace.name} {self.policy} seed {self.seed}{arm}"
 
 
-def _run(spec: RunSpec, index: int, progress: Any) -> tuple[int, RunResult]:
-    def report(done: int, total: int) -> None:
-        if progress is not None:
-            progress.put((index, done, total))
-
-    result = simulate(
+def _simulate(spec: RunSpec, progress: Callable[[int, int], None]) -> RunResult:
+    return simulate(
         spec.trace,
         spec.policy,
         spec.seed,
         replay=spec.replay,
         inflate=spec.inflate,
         shuffle=spec.shuffle,
-        progress=report,
+        progress=progress,
         policy_options=spec.policy_options or None,
         defrag=spec.defrag,
         compress=spec.compress,
     )
-    return index, result
+
+
+def _run(spec: RunSpec, index: int, progress: Any) -> tuple[int, RunResult]:
+    def report(done: int, total: int) -> None:
+        if progress is not None:
+            progress.put((index, done, total))
+
+    return index, _simulate(spec, report)
 
 
 def default_workers() -> int:
@@ -68,7 +73,9 @@ def default_workers() -> int:
 def run_all(
     specs: Sequence[RunSpec], workers: int | None = None, console: Console | None = None, show_progress: bool = True
 ) -> list[RunResult]:
-    """Every run's result, in the order of ``specs``."""
+    """Every run's result, in the order of ``specs``. Stopped by Ctrl-C or SIGTERM (once
+    :func:`~.pools.stop_on_sigterm` is in force), it ends every worker and raises
+    :class:`~.errors.Interrupted` with the runs that had finished."""
     workers = max(1, min(workers or default_workers(), len(specs) or 1))
     console = console or Console(stderr=True)
     results: list[RunResult | None] = [None] * len(specs)
@@ -82,43 +89,43 @@ def run_all(
         transient=False,
     ) as bars:
         tasks = [bars.add_task(spec.label, total=None, start=False) for spec in specs]
-        if workers == 1:
-            for i, spec in enumerate(specs):
-                bars.start_task(tasks[i])
+        try:
+            if workers == 1:
+                for i, spec in enumerate(specs):
+                    bars.start_task(tasks[i])
 
-                def step(done: int, total: int, task: Any = tasks[i]) -> None:
-                    bars.update(task, completed=done, total=total)
+                    def step(done: int, total: int, task: Any = tasks[i]) -> None:
+                        bars.update(task, completed=done, total=total)
 
-                results[i] = simulate(
-                    spec.trace,
-                    spec.policy,
-                    spec.seed,
-                    replay=spec.replay,
-                    inflate=spec.inflate,
-                    shuffle=spec.shuffle,
-                    progress=step,
-                    policy_options=spec.policy_options or None,
-                    defrag=spec.defrag,
-                    compress=spec.compress,
-                )
-            return [r for r in results if r is not None]
-        context = multiprocessing.get_context("spawn")
-        with context.Manager() as manager:
-            updates = manager.Queue()
-            with ProcessPoolExecutor(max_workers=workers, mp_context=context, max_tasks_per_child=1) as pool:
-                pending: set[Future[tuple[int, RunResult]]] = {
-                    pool.submit(_run, spec, i, updates) for i, spec in enumerate(specs)
-                }
-                started: set[int] = set()
-                while pending:
-                    done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                    _drain(updates, bars, tasks, started)
-                    for future in done:
-                        index, result = future.result()
-                        results[index] = result
-                        bars.update(tasks[index], completed=len(result.arrived) - 1, total=len(result.arrived) - 1)
-                _drain(updates, bars, tasks, started)
+                    results[i] = _simulate(spec, step)
+            else:
+                _in_processes(specs, workers, bars, tasks, results)
+        except KeyboardInterrupt:
+            raise Interrupted(signal.SIGINT, [r for r in results if r is not None], len(specs)) from None
+        except Stopped as stop:
+            raise Interrupted(stop.signum, [r for r in results if r is not None], len(specs)) from None
     return [r for r in results if r is not None]
+
+
+def _in_processes(
+    specs: Sequence[RunSpec], workers: int, bars: Progress, tasks: list[Any], results: list[RunResult | None]
+) -> None:
+    """The runs in ``workers`` processes, each result put in ``results`` the moment it arrives."""
+    with process_pool(workers) as (pool, updates, signals):
+        with held():
+            pending: set[Future[tuple[int, RunResult]]] = {
+                pool.submit(_run, spec, i, updates) for i, spec in enumerate(specs)
+            }
+        started: set[int] = set()
+        while pending:
+            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            signals.check()
+            _drain(updates, bars, tasks, started)
+            for future in done:
+                index, result = future.result()
+                results[index] = result
+                bars.update(tasks[index], completed=len(result.arrived) - 1, total=len(result.arrived) - 1)
+        _drain(updates, bars, tasks, started)
 
 
 def _drain(updates: Any, bars: Progress, tasks: list[Any], started: set[int]) -> None:

@@ -303,6 +303,27 @@ def test_a_pod_without_gpus_leaves_mig_nodes_cpu_to_the_profiles_once_profiles_a
     assert no_mig.scores(reserve, cpu_only()).tolist() == [50.0]
 
 
+def test_a_pod_without_gpus_keeps_off_gpu_nodes_while_a_node_without_gpus_can_take_it() -> None:
+    # An MPS node and a node without GPUs, both idle with 32 cores; the pod asks 8 cores and no
+    # GPU. fgd-cpu's score is 50 on both (no stranding, nothing fragmented by its CPU); the GPU
+    # node loses gpu_cpu_price points (30): 20 against 50, and the pod goes where no GPU waits
+    # for the cores. A node without GPUs that cannot take it (4 cores) prices nothing: 50.
+    mps = make_state(name="mps", gpus=1, mode="mps", cpu_milli=32_000)
+    room = make_state(name="cpu", gpus=0, cpu_milli=32_000)
+    reserve = policy(workload=QUARTER, stranding_weight=0.0)
+    reserve.observe(quarter())
+    assert Board([mps, room]).scores(reserve, cpu_only()).tolist() == [20.0, 50.0]
+    choice = Board([mps, room]).best(reserve, cpu_only())
+    assert choice is not None and choice.node == "cpu"
+    full = make_state(name="cpu", gpus=0, cpu_milli=4_000)
+    assert Board([mps, full]).scores(reserve, cpu_only()).tolist() == [50.0, -np.inf]
+    off = policy(workload=QUARTER, stranding_weight=0.0, gpu_cpu_price=0.0)
+    off.observe(quarter())
+    assert Board([mps, room]).scores(off, cpu_only()).tolist() == [50.0, 50.0]
+    with pytest.raises(ValueError, match="gpu_cpu_price must be in 0 <= x <= 100"):
+        FgdReserveOptions(gpu_cpu_price=101.0)
+
+
 def test_mig_cpu_price_outside_0_to_100_is_refused() -> None:
     for bad in (-1.0, 101.0, float("nan")):
         with pytest.raises(ValueError, match="mig_cpu_price must be in 0 <= x <= 100"):

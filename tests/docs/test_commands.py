@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -99,6 +100,21 @@ def test_the_first_command_serves_the_example_and_plays_the_demo(served: tuple[s
         client.close()
 
 
+def test_the_demo_suggests_an_inspect_that_runs_as_printed(served: tuple[str, list[str]]) -> None:
+    # after the README's set-up nothing is on PATH: the line must name the script it can run
+    _, lines = served
+    suggested = lines[-1].split("inspect the result:", 1)[1].strip()
+    done = subprocess.run(suggested, shell=True, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (suggested, done.stderr)
+    assert done.stdout.split()[:3] == ["NODE", "GPU", "MODE"]
+
+
+def test_the_demo_puts_the_pod_without_gpus_on_the_node_without_gpus(served: tuple[str, list[str]]) -> None:
+    # the example's cpu-only node has room: the default policy keeps GPU nodes' CPU for GPU pods
+    _, lines = served
+    assert next(line for line in lines if line.startswith("demo/web ")).split()[1] == "cpu-only"
+
+
 def quoted_inspects() -> list[list[str]]:
     return sorted({tuple(c) for path in DOCUMENTS for c in gpuslice_commands(path) if c[:1] == ["inspect"]})  # type: ignore[return-value]
 
@@ -144,3 +160,63 @@ def test_inspect_into_a_reader_that_stops_early_says_nothing(served: tuple[str, 
     command = f"{shlex.quote(str(SCRIPT))} inspect --url {url} -o yaml 2>{shlex.quote(str(errors))} | true"
     subprocess.run(command, shell=True, check=False, timeout=60)
     assert errors.read_text() == ""
+
+
+def quoted(first: str) -> list[list[str]]:
+    """Every command the documents quote whose first argument is ``first``, once each."""
+    found = {tuple(c) for path in DOCUMENTS for c in gpuslice_commands(path) if c[:1] == [first]}
+    return [list(c) for c in sorted(found)]
+
+
+def test_the_quoted_version_prints_the_version() -> None:
+    from scheduler import __version__
+
+    assert quoted("--version"), "no document quotes gpuslice --version"
+    for command in quoted("--version"):
+        done = gpuslice(*command)
+        assert (done.returncode, done.stdout) == (0, f"gpuslice {__version__}\n"), done.stderr
+
+
+SHIPPED = ("example", "example-defrag")  # the examples that stand in for a file
+
+
+def on_shipped_examples(command: list[str]) -> bool:
+    """A command that reads only what ships with the package: its cluster is an example, and so
+    is every other input it names (no live cluster, no file of the reader's)."""
+    cluster = next((command[i + 1] for i, w in enumerate(command[:-1]) if w in ("--cluster-file", "--cluster")), "")
+    inputs = [w for i, w in enumerate(command[1:], 1) if not w.startswith("-") and not command[i - 1].startswith("-")]
+    return cluster in SHIPPED and all(w in SHIPPED for w in inputs)
+
+
+EXPECTED = {"advise": "SUGGESTED", "defrag": "move 1: evict "}  # the table's header; the plan's first move
+
+
+@pytest.mark.parametrize("first", sorted(EXPECTED))
+def test_the_documents_quote_a_runnable_command_for(first: str) -> None:
+    assert any(on_shipped_examples(c) for c in quoted(first)), f"no document quotes gpuslice {first} on an example"
+
+
+@pytest.mark.parametrize(
+    "command", [c for first in sorted(EXPECTED) for c in quoted(first) if on_shipped_examples(c)], ids=" ".join
+)
+def test_every_quoted_command_on_the_shipped_examples_runs(command: list[str]) -> None:
+    done = gpuslice(*command)
+    assert done.returncode == 0, done.stderr
+    assert EXPECTED[command[0]] in done.stdout, done.stdout
+
+
+def test_the_quoted_agent_demo_runs_without_a_cluster() -> None:
+    demos = [c for c in quoted("agent") if "--demo" in c]
+    assert demos, "no document quotes gpuslice agent --demo"
+    for command in demos:
+        done = gpuslice(*command)
+        assert done.returncode == 0, done.stderr
+        assert "CDI device  nvidia.com/gpu=" in done.stdout and "gpuslice_share_" in done.stdout
+
+
+def test_the_readme_says_how_long_its_two_commands_take() -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    for command in ("bash scripts/install-venv.sh .venv && ", "bash scripts/test.sh\n"):
+        after = text.split(command, 1)[1].split("```", 1)[1]  # the prose after the command's block
+        first = after.strip().split("\n\n", 1)[0]
+        assert re.match(r"\(About [\d.]+(-[\d.]+)? minutes", first), (command, first)

@@ -50,7 +50,7 @@ def options(command: str) -> set[str]:
 def test_every_quoted_command_and_flag_exists(path: Path) -> None:
     for words in gpuslice_commands(path):
         if not words or words[0].startswith("-"):
-            assert set(words) <= {"--help"}, (name(path), words)
+            assert set(words) <= {"--help", "--version"}, (name(path), words)
             continue
         command, *rest = words
         assert command in GROUP.commands, f"{name(path)}: no command gpuslice {command}"  # type: ignore[attr-defined]

@@ -58,6 +58,13 @@ groups can take has been seen, it loses ``mig_cpu_price`` points (30: it goes to
 only when elsewhere scores far worse, or when nothing else fits). Shares are not priced so:
 the reservation already prices them for the profiles' need of MIG GPUs.
 
+**GPU nodes' CPU.** The same holds for every GPU node: a core a pod without GPUs takes there
+is a core the GPU pods of that node cannot have, and a node without GPUs loses nothing by it.
+So, while some node without GPUs can take it, a pod that asks no GPU loses ``gpu_cpu_price``
+points (30) on every GPU node: it runs on a GPU node only when the nodes without GPUs are
+full, or score far better. (simulations/README.md, "GPU nodes' CPU", measures it on the openb
+traces with their CPU-only nodes.)
+
 **CPU-bound stranding.** S_n counts GPU that the GPU pods of the mix could not use because
 the node's CPU runs out first; it pays to keep CPU beside free GPU only if the CPU is not
 all going to be taken anyway. kappa = (CPU per GPU requested by every pod seen so far, the
@@ -107,6 +114,7 @@ class FgdReserveOptions(FgdCpuOptions):
     cpu_bound_low: float = 0.9  # kappa up to which stranding counts in full
     cpu_bound_high: float = 1.1  # kappa from which it does not count
     mig_cpu_price: float = 30.0  # points a pod without GPUs loses on a MIG node once profiles are seen
+    gpu_cpu_price: float = 30.0  # points a pod without GPUs loses on a GPU node while a node without GPUs takes it
     learn_settle: int = 256  # re-estimates of the workload: by 1.5x steps until this many pods,
     learn_late_growth: float = 4.0  # then by this factor
 
@@ -123,6 +131,8 @@ class FgdReserveOptions(FgdCpuOptions):
             )
         if not 0 <= self.mig_cpu_price <= 100:
             raise ValueError(f"mig_cpu_price must be in 0 <= x <= 100, got {self.mig_cpu_price!r}")
+        if not 0 <= self.gpu_cpu_price <= 100:
+            raise ValueError(f"gpu_cpu_price must be in 0 <= x <= 100, got {self.gpu_cpu_price!r}")
         if self.learn_settle < 0 or not self.learn_late_growth > 1:
             raise ValueError("learn_settle must be >= 0 and learn_late_growth > 1")
 
@@ -270,6 +280,15 @@ class FgdReserve(FgdCpu):
         on_mig = self._on(groups, mig)
         return np.where(on_mig & (scores > -np.inf), squash(scores - self.options.mig_cpu_price), scores)
 
+    def _gpu_cpu(self, scores: np.ndarray, groups: Groups) -> np.ndarray:
+        """A pod without GPUs loses ``gpu_cpu_price`` points on GPU nodes while a node without
+        GPUs can take it (see the module: GPU nodes' CPU)."""
+        price = self.options.gpu_cpu_price
+        on_gpu = groups.node_group >= 0
+        if not price or not (~on_gpu & (scores > -np.inf)).any():
+            return scores
+        return np.where(on_gpu & (scores > -np.inf), squash(scores - price), scores)
+
     def _pressure(self, allowed: np.ndarray, free: np.ndarray) -> np.ndarray | None:
         """rho_g as the pod of allowed groups ``allowed`` sees it: the pinned load of the classes
         strictly inside its own, the rest of the volume counted as flexible (None when no class
@@ -298,7 +317,7 @@ class FgdReserve(FgdCpu):
         if not len(groups.keys):  # no GPU node yet: the pods seen wait to be sorted into classes
             return out
         if demand.gpu.kind is GpuKind.NONE:
-            return self._mig_cpu(out, groups)
+            return self._gpu_cpu(self._mig_cpu(out, groups), groups)
         if not self.options.reserve_weight:
             return out
         self._learn_classes(groups)
