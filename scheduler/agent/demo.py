@@ -70,6 +70,9 @@ class LocalCluster:
     def evict(self, pod: ObjectRef) -> None:
         self.pods.pop(f"{pod.namespace}/{pod.name}", None)
 
+    def bound_records(self) -> Mapping[str, tuple[str, str]] | None:
+        return None  # no per-node ledger here, as with a cluster file: the records are checked on their own
+
     def stop(self) -> None:
         self._on_change = None
 

@@ -28,7 +28,9 @@ def test_the_agent_demo_shows_the_inventory_an_admission_with_its_cdi_device_and
     assert f"GPU 2  T4         time-slicing  {T4}" in out
     assert f"CDI device  nvidia.com/gpu={T4}" in out
     assert "env         GPUSLICE_POD=demo/notebook" in out
-    assert 'gpuslice_share_memory_allocated_mib{gpu="2"' in out and 'pod="notebook"' in out
+    # the share's series, its pod named by UID (the agent names pods only with metrics.podNames)
+    assert 'gpuslice_share_memory_allocated_mib{gpu="2"' in out and 'pod="5e0d7c00-0004-4f00-8000-000000000001"' in out
+    assert 'pod="notebook"' not in out
     assert len(done.stderr.splitlines()) <= 1, done.stderr  # the missing MPS daemon, once at most
 
 
