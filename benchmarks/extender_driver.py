@@ -63,10 +63,13 @@ import numpy as np
 import orjson
 
 from scheduler.core.allocation import record_annotations
-from scheduler.core.catalog import CATALOG
+from scheduler.core.catalog import CATALOG, GpuModel
+from scheduler.core.errors import InventoryError, RequestError
 from scheduler.core.fit import fit
 from scheduler.core.inventory import Device, Node, SharingMode
-from scheduler.core.request import MILLI, parse_pod
+from scheduler.core.k8s import parse_node
+from scheduler.core.quantity import bytes_to_mib, cpu_milli
+from scheduler.core.request import MILLI, Demand, GpuKind, GpuRequest, parse_pod
 from scheduler.core.state import NodeState
 from scheduler.extender.client import ExtenderClient
 from scheduler.extender.collector import THRESHOLDS as GC_THRESHOLDS
@@ -127,7 +130,95 @@ def project_shapes(rng: random.Random) -> dict[str, str]:
     return dict(rng.choices([a for _, a in PROJECT_MIX], [w for w, _ in PROJECT_MIX])[0])
 
 
-MIXES = {"project": project_shapes, "many": many_shapes}
+# The second mix (``--mix gfd``): nodes known by GPU-Feature-Discovery labels, by their
+# ``nvidia.com/*`` allocatable alone or by gpuslice's annotation, MIG under the device plugin's
+# ``mixed`` and ``single`` strategies, a few nodes gpuslice cannot read; pods of many shapes,
+# asking by annotation or by ``nvidia.com/*`` resources, pods that fit nowhere and malformed pods.
+GFD = "nvidia.com/"
+A100_MIXED = {"3g.40gb": 8, "2g.20gb": 8, "1g.10gb": 16}  # per GPU 3g + 2g + 2 x 1g: 7 slices, 8 slots
+GFD_NODE_KINDS: tuple[tuple[float, str], ...] = (
+    (0.20, "annotation"),
+    (0.18, "labels-exclusive"),
+    (0.12, "labels-time-slicing"),
+    (0.08, "labels-mps"),
+    (0.10, "allocatable"),
+    (0.17, "mig-mixed"),
+    (0.12, "mig-single"),
+    (0.03, "unreadable"),
+)
+MALFORMED: tuple[dict[str, str], ...] = (
+    {"gpu-count": "two"},
+    {"gpu-fraction": "1.5"},
+    {"gpu-fraction": "0.5", "gpu-memory": "10Gi"},
+    {"mig-profile": "9g.99gb"},
+    {"gpu-cuont": "1"},
+    {GFD + "mig-1g.10gb": "2"},
+)
+
+
+def gfd_labels(kind: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(labels, ``nvidia.com/*`` allocatable) of an 8-GPU node of ``kind`` as GFD and the
+    device plugin publish them."""
+    if kind == "labels-exclusive":
+        return {GFD + "gpu.product": "NVIDIA-A100-SXM4-80GB", GFD + "gpu.count": "8"}, {GFD + "gpu": "8"}
+    if kind in ("labels-time-slicing", "labels-mps"):
+        strategy = kind.removeprefix("labels-")
+        product = "NVIDIA-L4" if strategy == "time-slicing" else "NVIDIA-A100-SXM4-80GB"
+        labels = {
+            GFD + "gpu.product": product,
+            GFD + "gpu.count": "8",
+            GFD + "gpu.sharing-strategy": strategy,
+            GFD + "gpu.replicas": "4",
+        }
+        return labels, {GFD + "gpu": "32"}  # the device plugin advertises 8 GPUs x 4 replicas
+    if kind == "allocatable":
+        return {}, {GFD + "gpu": "8"}
+    if kind == "mig-mixed":
+        labels = {GFD + "gpu.product": "NVIDIA-A100-SXM4-80GB", GFD + "gpu.count": "8", GFD + "mig.strategy": "mixed"}
+        labels.update({f"{GFD}mig-{p}.count": str(n) for p, n in A100_MIXED.items()})
+        return labels, {f"{GFD}mig-{p}": str(n) for p, n in A100_MIXED.items()}
+    if kind == "mig-single":  # 4 A100-40GB split in 2 x 3g.20gb each: 8 alike MIG devices as nvidia.com/gpu
+        labels = {
+            GFD + "gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb",
+            GFD + "gpu.count": "8",
+            GFD + "gpu.memory": "20096",
+            GFD + "mig.strategy": "single",
+        }
+        return labels, {GFD + "gpu": "8"}
+    if kind == "unreadable":
+        return {GFD + "gpu.product": "NVIDIA-A100-SXM4-80GB", GFD + "gpu.count": "eight"}, {GFD + "gpu": "8"}
+    raise ValueError(f"node kind {kind!r}: accepted: {', '.join(k for _, k in GFD_NODE_KINDS)}")
+
+
+def gfd_node(i: int, rng: random.Random) -> dict[str, Any]:
+    kind = rng.choices([k for _, k in GFD_NODE_KINDS], [w for w, _ in GFD_NODE_KINDS])[0]
+    if kind == "annotation":
+        return make_node(i, node_inventory(i, rng))
+    node = make_node(i, None)
+    labels, allocatable = gfd_labels(kind)
+    node["metadata"]["labels"].update(labels)
+    node["status"]["allocatable"] = {k: v for k, v in node["status"]["allocatable"].items() if not k.startswith(GFD)}
+    node["status"]["allocatable"].update(allocatable)
+    node["status"]["capacity"] = dict(node["status"]["allocatable"])
+    return node
+
+
+def gfd_shapes(rng: random.Random) -> dict[str, str]:
+    """A pod of the second mix: many shapes (:func:`many_shapes`, pods that fit nowhere among
+    them), MIG and whole GPUs asked by ``nvidia.com/*`` resources, a model named, malformed pods."""
+    roll = rng.random()
+    if roll < 0.06:
+        return dict(rng.choice(MALFORMED))
+    if roll < 0.16:
+        return {GFD + "mig-" + rng.choice(["1g.10gb", "2g.20gb", "3g.40gb"]): "1"}
+    if roll < 0.26:
+        return {GFD + "gpu": rng.choice(["1", "1", "2", "4"])}
+    if roll < 0.32:
+        return rng.choice([{"gpu-model": "L4", "gpu-fraction": "0.5"}, {"gpu-model": "A100-80GB", "gpu-count": "2"}])
+    return many_shapes(rng)
+
+
+MIXES = {"project": project_shapes, "many": many_shapes, "gfd": gfd_shapes}
 
 
 # ---------------------------------------------------------------- the cluster
@@ -148,8 +239,10 @@ def node_inventory(i: int, rng: random.Random) -> dict[str, Any]:
     }
 
 
-def make_node(i: int, inventory: dict[str, Any]) -> dict[str, Any]:
+def make_node(i: int, inventory: dict[str, Any] | None) -> dict[str, Any]:
+    """A Node; with ``inventory``, gpuslice's inventory annotation of it."""
     name = f"node-{i:05d}"
+    annotations = {PREFIX + "inventory": json.dumps(inventory, separators=(",", ":"))} if inventory is not None else {}
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -158,7 +251,7 @@ def make_node(i: int, inventory: dict[str, Any]) -> dict[str, Any]:
             "uid": f"node-uid-{i}",
             "resourceVersion": "1",
             "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": f"zone-{i % 3}"},
-            "annotations": {PREFIX + "inventory": json.dumps(inventory, separators=(",", ":"))},
+            "annotations": annotations,
         },
         "spec": {"podCIDR": f"10.{i // 256 % 256}.{i % 256}.0/24"},
         "status": {
@@ -171,6 +264,8 @@ def make_node(i: int, inventory: dict[str, Any]) -> dict[str, Any]:
 
 
 def make_pod(name: str, annotations: dict[str, str], cpu: int, memory_gib: int) -> dict[str, Any]:
+    """A pending pod; keys of ``annotations`` under ``nvidia.com/`` are its container's resources."""
+    gpus = {k: v for k, v in annotations.items() if k.startswith(GFD)}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -180,7 +275,7 @@ def make_pod(name: str, annotations: dict[str, str], cpu: int, memory_gib: int) 
             "uid": f"uid-{name}",
             "resourceVersion": "1",
             "labels": {"app": "bench"},
-            "annotations": {PREFIX + k: v for k, v in annotations.items()},
+            "annotations": {PREFIX + k: v for k, v in annotations.items() if k not in gpus},
         },
         "spec": {
             "schedulerName": "gpuslice",
@@ -188,7 +283,10 @@ def make_pod(name: str, annotations: dict[str, str], cpu: int, memory_gib: int) 
                 {
                     "name": "main",
                     "image": "registry.example/app:1",
-                    "resources": {"requests": {"cpu": str(cpu), "memory": f"{memory_gib}Gi"}},
+                    "resources": {
+                        "requests": {"cpu": str(cpu), "memory": f"{memory_gib}Gi", **gpus},
+                        **({"limits": gpus} if gpus else {}),
+                    },
                 }
             ],
         },
@@ -205,6 +303,14 @@ def core_node(name: str, inventory: dict[str, Any]) -> Node:
     return Node(name, NODE_CPU, NODE_MEMORY_MIB, tuple(devices), NODE_PODS)
 
 
+def demand_of(pod: dict[str, Any]) -> Demand | None:
+    """The pod's demand as gpuslice reads it; None for a malformed pod (never bound)."""
+    try:
+        return parse_pod(pod).demand
+    except RequestError:
+        return None
+
+
 def fill_node(state: NodeState, target: float, rng: random.Random, mix: Any, serial: list[int]) -> list[dict[str, Any]]:
     """Pods bound on ``state``'s node by gpuslice (records and bind-phase as a bind writes
     them) until ``target`` of its GPU is allocated or nothing more fits."""
@@ -213,8 +319,8 @@ def fill_node(state: NodeState, target: float, rng: random.Random, mix: Any, ser
     while 1000 * len(state.node.devices) - state.free_milli() < target * 1000 * len(state.node.devices) and misses < 8:
         name = f"fill-{serial[0]:07d}"
         pod = make_pod(name, mix(rng), rng.randint(1, 4), rng.randint(1, 16))
-        demand = parse_pod(pod).demand
-        found = fit(demand, state)
+        demand = demand_of(pod)
+        found = fit(demand, state) if demand is not None else None
         if not found:
             misses += 1
             continue
@@ -238,7 +344,8 @@ class Cluster:
 def bound_pod(state: NodeState, name: str, rng: random.Random, mix: Any) -> tuple[NodeState, dict[str, Any] | None]:
     """A pod of ``mix`` bound on ``state``'s node as a gpuslice bind leaves it, if it fits."""
     pod = make_pod(name, mix(rng), rng.randint(1, 4), rng.randint(1, 16))
-    found = fit(parse_pod(pod).demand, state)
+    demand = demand_of(pod)
+    found = fit(demand, state) if demand is not None else None
     if not found:
         return state, None
     alloc = found.allocations[0]
@@ -254,22 +361,31 @@ def write_cluster(
 ) -> Cluster:
     """Nodes; with ``fill``, pods bound on each until that share of its GPU is allocated; with
     ``running_pods``, that many bound pods spread over the nodes one at a time; then ``pods``
-    pending ones."""
+    pending ones. Mix ``gfd`` makes its own nodes (:func:`gfd_node`), the others 8-GPU nodes
+    described by gpuslice's annotation (:func:`node_inventory`)."""
     rng = random.Random(seed)
     shapes = MIXES[mix]
-    inventories = [node_inventory(i, rng) for i in range(nodes)]
-    node_list = [make_node(i, inv) for i, inv in enumerate(inventories)]
+    node_list: list[dict[str, Any]] = []
+    cores: list[Node | None] = []  # as gpuslice reads each node (None: it cannot)
+    for i in range(nodes):
+        if mix == "gfd":
+            node_list.append(gfd_node(i, rng))
+            try:
+                cores.append(parse_node(node_list[-1]))
+            except InventoryError:
+                cores.append(None)
+        else:
+            inventory = node_inventory(i, rng)
+            node_list.append(make_node(i, inventory))
+            cores.append(core_node(node_list[-1]["metadata"]["name"], inventory))
     running: list[dict[str, Any]] = []
     if fill > 0:
         serial = [0]
-        for obj, inv in zip(node_list, inventories, strict=True):
-            state = NodeState.empty(core_node(obj["metadata"]["name"], inv))
-            running.extend(fill_node(state, fill, rng, shapes, serial))
+        for core in cores:
+            if core is not None:
+                running.extend(fill_node(NodeState.empty(core), fill, rng, shapes, serial))
     if running_pods:
-        states = [
-            NodeState.empty(core_node(o["metadata"]["name"], inv))
-            for o, inv in zip(node_list, inventories, strict=True)
-        ]
+        states = [NodeState.empty(core) for core in cores if core is not None]
         placed_in_round = 1
         while len(running) < running_pods and placed_in_round:
             placed_in_round = 0
@@ -381,55 +497,105 @@ def noop_app() -> Any:
 
 def floor_app(cluster_file: Path) -> Any:
     """The floor: the least GPU accounting an extender can do, on the same HTTP stack. Per GPU
-    its free compute and memory (two arrays); filter: one array test of the listed nodes (the
-    pod's model, its GPU count, its compute and memory per GPU) and one reason for every node
-    that fails; prioritize: free compute left (best fit), only the ten best hosts returned
-    (kube-scheduler scores a host left out as 0); bind: the GPUs with least compute free. No MIG
-    slots, sharing modes, CPU, holds, fragmentation or reasons of their own: its decisions are
-    not gpuslice's, only its cost is close to the least one: what an extender that does GPU
-    accounting in Python on this stack can hope for at best (``--floor``)."""
-    import re
+    its free compute and memory (two arrays), per node one code of its model and mode; filter:
+    one array test of the listed nodes (the pod's model or MIG profile, its GPU count, its
+    compute and memory per GPU) and one reason for every node that fails; prioritize: free
+    compute left (best fit), only the ten best hosts returned (kube-scheduler scores a host left
+    out as 0); bind: the GPUs with least compute free. No MIG slots, sharing modes, CPU, holds,
+    fragmentation or reasons of their own: its decisions are not gpuslice's, only its cost is
+    close to the least one: what an extender that does GPU accounting in Python on this stack
+    can hope for at best (``--floor``).
 
+    It reads what gpuslice reads, with gpuslice's own readers, so that it serves every mix the
+    driver makes: nodes by their inventory annotation, GFD labels or ``nvidia.com/*``
+    allocatable (:func:`parse_node`, once, at start; a node gpuslice cannot read has no GPU
+    here), pods by :func:`parse_pod`, once per pod (uid and resourceVersion, as gpuslice
+    caches them). A malformed pod is answered as gpuslice answers it: filter with an ``Error``
+    and no node, prioritize with every node at 0."""
     from starlette.requests import Request
     from starlette.responses import Response
 
     items = orjson.loads(cluster_file.read_bytes())["items"]
-    nodes = [o for o in items if o["kind"] == "Node"]
-    index = {n["metadata"]["name"]: i for i, n in enumerate(nodes)}
-    models = [json.loads(n["metadata"]["annotations"][PREFIX + "inventory"])["devices"][0]["model"] for n in nodes]
-    codes = {m: k for k, m in enumerate(sorted(set(models)))}
-    model = np.array([codes[m] for m in models], dtype=np.int64)
-    total = np.array([CATALOG[m].memory_mib for m in models], dtype=np.int64)
-    compute = np.full((len(nodes), 8), MILLI, dtype=np.int64)
-    memory = np.repeat(total[:, None], 8, axis=1)
-    quantity = re.compile(r"(\d+)(Gi)?")
+    nodes = [o for o in items if o.get("kind") == "Node"]
+    cores: list[Node | None] = []
+    for obj in nodes:
+        try:
+            cores.append(parse_node(obj))
+        except InventoryError:
+            cores.append(None)
+    width = max([len(c.devices) for c in cores if c is not None] + [1])
+    # one row per node, and one more for a name the cluster does not have (no GPU, fails all)
+    rows = len(nodes) + 1
+    index = _Index({n["metadata"]["name"]: i for i, n in enumerate(nodes)}, missing=len(nodes))
+    kinds: dict[tuple[str, SharingMode], int] = {}
+    kind = np.full(rows, -1, dtype=np.int64)  # -1: no GPU (takes only pods without one)
+    total = np.ones(rows, dtype=np.int64)  # memory of one of the node's GPUs (MiB)
+    compute = np.zeros((rows, width), dtype=np.int64)
+    memory = np.full((rows, width), -1, dtype=np.int64)  # -1: no such GPU (fails every request)
+    capacity = np.ones(rows, dtype=np.int64)
+    models: dict[int, GpuModel] = {}
+    for i, core in enumerate(cores):
+        if core is None or not core.devices:
+            continue
+        first = core.devices[0]
+        code = kinds.setdefault((first.model.name, first.mode), len(kinds))
+        models[code] = first.model
+        kind[i], total[i] = code, first.model.memory_mib
+        count = len(core.devices)
+        compute[i, :count], memory[i, :count], capacity[i] = MILLI, total[i], count * MILLI
 
-    def request(pod: dict[str, Any]) -> tuple[int, int, int, int]:
-        """(GPUs, milli-compute per GPU, memory per GPU: MiB, or -milli of the GPU's, model code or -1)."""
-        a = {k.removeprefix(PREFIX): v for k, v in (pod["metadata"].get("annotations") or {}).items()}
-        code = codes.get(a["gpu-model"], -2) if "gpu-model" in a else -1
-        if "gpu-count" in a:
-            return int(a["gpu-count"]), MILLI, -MILLI, code
-        if "gpu-fraction" in a:
-            milli = round(float(a["gpu-fraction"]) * MILLI)
-            return 1, milli, -milli, code
-        if "gpu-memory" in a:
-            found = quantity.fullmatch(a["gpu-memory"])
-            mib = int(found.group(1)) * (1024 if found.group(2) else 1) if found else 1 << 40
-            return 1, int(a.get("gpu-compute", "0")) * 10, mib, code
-        if "mig-profile" in a:
-            slices, gb = a["mig-profile"].split("g.")
-            return 1, int(slices) * MILLI // 7, int(gb.removesuffix("gb")) * 1024, code
-        return 0, 0, 0, code
+    def allowed(gpu: GpuRequest) -> np.ndarray:
+        """Per kind code (and -1, last), whether the request may go there."""
+        out = np.zeros(len(kinds) + 1, dtype=bool)
+        if gpu.kind is GpuKind.NONE:
+            out[:] = True
+            return out
+        for (name, mode), code in kinds.items():
+            layout = models[code].mig
+            if gpu.kind is GpuKind.MIG:
+                ok = mode is SharingMode.MIG and layout is not None and layout.match(gpu.profile) is not None
+            else:
+                ok = mode is not SharingMode.MIG and gpu.allows_mode(mode)
+            out[code] = ok and gpu.allows_model(name)
+        return out
 
-    def fits(at: np.ndarray, req: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray]:
-        count, milli, mib, code = req
+    Req = tuple[int, int, int, np.ndarray]  # (GPUs, milli per GPU, MiB per GPU or -milli of it, kinds allowed)
+    parsed: dict[tuple[str, str], Req | str] = {}
+
+    def request(pod: Any) -> Req | str:
+        """The pod's request, or why it is malformed (gpuslice's reader; once per pod version)."""
+        meta = pod.get("metadata") if isinstance(pod, dict) else None
+        key = (str(meta.get("uid")), str(meta.get("resourceVersion"))) if isinstance(meta, dict) else ("", "")
+        hit = parsed.get(key)
+        if hit is not None:
+            return hit
+        try:
+            gpu = parse_pod(pod).demand.gpu
+        except RequestError as exc:
+            got: Req | str = f"gpuslice cannot schedule this pod: {exc}"
+        else:
+            if gpu.kind is GpuKind.MIG:
+                assert gpu.profile is not None
+                got = (1, gpu.profile.compute_slices * MILLI // 7, gpu.profile.memory_gb * 1024, allowed(gpu))
+            elif gpu.kind is GpuKind.WHOLE:
+                got = (gpu.count, MILLI, -MILLI, allowed(gpu))
+            elif gpu.kind is GpuKind.SHARE and gpu.fraction_milli:
+                got = (gpu.count, gpu.fraction_milli, -gpu.fraction_milli, allowed(gpu))
+            elif gpu.kind is GpuKind.SHARE:
+                got = (gpu.count, gpu.compute_milli, gpu.memory_mib, allowed(gpu))
+            else:
+                got = (0, 0, 0, allowed(gpu))
+        if key[0] != "None":
+            parsed[key] = got
+        return got
+
+    def fits(at: np.ndarray, req: Req) -> tuple[np.ndarray, np.ndarray]:
+        count, milli, mib, kinds_ok = req
         need = (total[at] * -mib // MILLI)[:, None] if mib < 0 else mib
         gpus = (compute[at] >= milli) & (memory[at] >= need)
-        ok = gpus.sum(axis=1) >= count
-        return (ok & (model[at] == code) if code != -1 else ok), gpus
+        return (gpus.sum(axis=1) >= count) & kinds_ok[kind[at]], gpus
 
-    def take(i: int, req: tuple[int, int, int, int]) -> bool:
+    def take(i: int, req: Req) -> bool:
         ok, gpus = fits(np.array([i]), req)
         if not ok[0]:
             return False
@@ -440,18 +606,24 @@ def floor_app(cluster_file: Path) -> Any:
         return True
 
     for pod in items:  # the pods the cluster file has bound (--fill)
-        if pod["kind"] == "Pod" and pod["spec"].get("nodeName"):
-            take(index[pod["spec"]["nodeName"]], request(pod))
-    pending: dict[str, tuple[int, int, int, int]] = {}
+        if pod.get("kind") == "Pod" and pod["spec"].get("nodeName"):
+            req = request(pod)
+            if not isinstance(req, str):
+                take(index[pod["spec"]["nodeName"]], req)
+    pending: dict[str, Req] = {}
 
     def listed(args: dict[str, Any]) -> tuple[list[str], np.ndarray]:
-        names = args["NodeNames"]
+        names = args.get("NodeNames") or []
         return names, np.fromiter(map(index.__getitem__, names), np.int64, len(names))
 
     async def filter_(request_: Request) -> Response:
         args = orjson.loads(await request_.body())
+        req = request(args.get("Pod"))
+        if isinstance(req, str):
+            body = {"Nodes": None, "NodeNames": None, "FailedNodes": None, "FailedAndUnresolvableNodes": None}
+            return Response(orjson.dumps({**body, "Error": req}), media_type="application/json")
         names, at = listed(args)
-        req = pending[args["Pod"]["metadata"]["name"]] = request(args["Pod"])
+        pending[args["Pod"]["metadata"]["name"]] = req
         ok = fits(at, req)[0].tolist()
         body = {
             "Nodes": None,
@@ -465,19 +637,33 @@ def floor_app(cluster_file: Path) -> Any:
     async def prioritize(request_: Request) -> Response:
         args = orjson.loads(await request_.body())
         names, at = listed(args)
-        ok = fits(at, request(args["Pod"]))[0]
-        score = np.where(ok, 100 - compute[at].sum(axis=1) * 100 // (8 * MILLI), 0)
+        req = request(args.get("Pod"))
+        if isinstance(req, str):
+            return Response(orjson.dumps([{"Host": n, "Score": 0} for n in names]), media_type="application/json")
+        ok = fits(at, req)[0]
+        score = np.where(ok, 100 - compute[at].sum(axis=1) * 100 // capacity[at], 0)
         best = np.argsort(-score, kind="stable")[:10].tolist()
         answer = [{"Host": names[i], "Score": int(score[i])} for i in best]
         return Response(orjson.dumps(answer), media_type="application/json")
 
     async def bind(request_: Request) -> Response:
         args = orjson.loads(await request_.body())
-        req = pending.pop(args["PodName"], None)
-        done = req is None or take(index[args["Node"]], req)
+        req = pending.pop(args.get("PodName"), None)
+        done = req is None or take(index[args.get("Node")], req)
         return Response(b'{"Error":""}' if done else b'{"Error":"no GPU free"}', media_type="application/json")
 
     return extender_app(filter_, prioritize, bind)
+
+
+class _Index(dict[str, int]):
+    """Node name -> row; a name the cluster does not have -> ``missing`` (a row with no GPU)."""
+
+    def __init__(self, rows: dict[str, int], missing: int) -> None:
+        super().__init__(rows)
+        self.missing = missing
+
+    def __missing__(self, key: str) -> int:
+        return self.missing
 
 
 # ---------------------------------------------------------------- reading answers cheaply
@@ -718,8 +904,13 @@ class KubeScheduler:
 
     @staticmethod
     def _requests(pod: dict[str, Any]) -> tuple[int, int]:
-        demand = parse_pod(pod).demand
-        return demand.cpu_milli, demand.memory_mib
+        """CPU (milli) and memory (MiB) the pod asks; a pod gpuslice finds malformed asks what its
+        container's requests say (kube-scheduler reads those alone)."""
+        demand = demand_of(pod)
+        if demand is not None:
+            return demand.cpu_milli, demand.memory_mib
+        asked = pod["spec"]["containers"][0]["resources"]["requests"]
+        return cpu_milli(asked["cpu"]), bytes_to_mib(asked["memory"])
 
     def _take(self, i: int, requests: tuple[int, int], sign: int) -> None:
         self.cpu[i] -= sign * requests[0]
