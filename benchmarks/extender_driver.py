@@ -32,6 +32,10 @@ nowhere (their median and slowest).
     python benchmarks/extender_driver.py                                  # 1,000 and 5,000 nodes
     python benchmarks/extender_driver.py --nodes 5000 --sampling default all --repeat 3
     python benchmarks/extender_driver.py --nodes 5000 --fill 0.85 --mix many   # a busy cluster
+    # every row of the speed table, empty and busy, on the second mix (GFD labels, MIG, malformed pods)
+    python benchmarks/extender_driver.py --nodes 5000 --sampling default --floor --fill 0 0.85 --mix gfd
+    # the same under cProfile, every collection of the cyclic GC timed beside the calls
+    python benchmarks/extender_driver.py --nodes 5000 --sampling default --fill 0 0.85 --probe /tmp/p --profile
 """
 
 from __future__ import annotations
@@ -834,6 +838,8 @@ class Result:
     cold_ms: list[float] = field(default_factory=list)  # filter + prioritize of shapes never seen, every node
     hopeless_ms: list[float] = field(default_factory=list)  # the same for pods that fit nowhere
     hopeless_passed: int = 0  # of those, how many some node passed (0 unless the extender errs)
+    spans: list[tuple[float, float]] = field(default_factory=list)  # each measured attempt: perf_counter at start, end
+    cold_spans: list[tuple[float, float]] = field(default_factory=list)  # the first calls' (cold, then hopeless)
 
     @property
     def bound_per_s(self) -> float:
@@ -979,7 +985,9 @@ class KubeScheduler:
                 if not empty:
                     conn.post(b"/prioritize", self.body(pod, survivors))
                     result.hopeless_passed += kind == "hopeless"
-                into.append((time.perf_counter() - t0) * 1000)
+                t1 = time.perf_counter()
+                into.append((t1 - t0) * 1000)
+                result.cold_spans.append((t0, t1))
         conn.close()
 
     def run(
@@ -1100,6 +1108,7 @@ class KubeScheduler:
                 if empty:
                     if measuring:
                         result.prioritize_ms.append(0.0)
+                        result.spans.append((t0, t1))
                         result.unschedulable += 1
                     tries[pod] += 1
                     last_try[pod] = time.monotonic()
@@ -1111,6 +1120,7 @@ class KubeScheduler:
                 t3 = time.perf_counter()
                 if measuring:
                     result.prioritize_ms.append((t3 - t2) * 1000)
+                    result.spans.append((t0, t3))
                 hosts = top_hosts(data)
                 if not hosts:
                     raise RuntimeError(f"prioritize answered no host: {data[:300]!r}")
@@ -1193,6 +1203,7 @@ def _with_port(command: list[str], port: int) -> list[str]:
 
 COLUMNS = (
     "nodes",
+    "fill",
     "sampling",
     "extender",
     "filter p50",
@@ -1208,18 +1219,36 @@ COLUMNS = (
     "srv RSS MiB",
     "x p99",
     "x bound/s",
+    "x cpu",
+    "x floor cpu",
     "over-alloc",
     "cold p50",
     "cold max",
     "hopeless max",
     "load 1m",
 )
+KEY = 4  # the columns that name a run: nodes, fill, sampling, extender
 
 
-def row(n: int, sampling: str, name: str, got: Result, base: Result | None, bad: int) -> tuple[str, ...]:
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b and b == b and a == a else "-"
+
+
+def row(
+    n: int,
+    fill: float,
+    sampling: str,
+    name: str,
+    got: Result,
+    base: Result | None,
+    bad: int,
+    floor: Result | None = None,
+) -> tuple[str, ...]:
+    """One run's figures; ``base``: the do-nothing extender's of the same round, ``floor`` the floor's."""
     both = both_p99(got)
     return (
         str(n),
+        f"{fill:.2f}",
         sampling,
         name,
         f"{pct(got.filter_ms, 50):.2f}",
@@ -1233,8 +1262,10 @@ def row(n: int, sampling: str, name: str, got: Result, base: Result | None, bad:
         f"{got.server_cpu_ms:.2f}",
         f"{got.driver_cpu_ms:.2f}",
         f"{got.server_rss_mib:.0f}",
-        f"{both / both_p99(base):.2f}" if base else "-",
-        f"{got.bound_per_s / base.bound_per_s:.2f}" if base and base.bound_per_s else "-",
+        ratio(both, both_p99(base)) if base else "-",
+        ratio(got.bound_per_s, base.bound_per_s) if base else "-",
+        ratio(got.server_cpu_ms, base.server_cpu_ms) if base else "-",
+        ratio(got.server_cpu_ms, floor.server_cpu_ms) if floor else "-",
         str(bad),
         f"{pct(got.cold_ms, 50):.2f}",
         f"{max(got.cold_ms, default=float('nan')):.2f}",
@@ -1244,14 +1275,14 @@ def row(n: int, sampling: str, name: str, got: Result, base: Result | None, bad:
 
 
 def summary(rows: list[tuple[str, ...]]) -> list[str]:
-    """Median (range) of the repeated runs, per (nodes, sampling, extender)."""
-    groups: dict[tuple[str, str, str], list[tuple[str, ...]]] = {}
+    """Median (range) of the repeated runs, per (nodes, fill, sampling, extender)."""
+    groups: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
     for r in rows:
-        groups.setdefault(r[:3], []).append(r)
+        groups.setdefault(r[:KEY], []).append(r)
     out = []
     for key, runs in groups.items():
         cells = list(key)
-        for c in range(3, len(COLUMNS)):
+        for c in range(KEY, len(COLUMNS)):
             try:
                 values = [float(r[c]) for r in runs]
             except ValueError:
@@ -1262,30 +1293,94 @@ def summary(rows: list[tuple[str, ...]]) -> list[str]:
     return out
 
 
+def gc_pauses(path: Path) -> list[tuple[float, float, int, int]]:
+    """The collections ``serve_probe.py --gc-log`` timed: (start, seconds, generation, collected)."""
+    if not path.exists():
+        return []
+    return [tuple(json.loads(line)) for line in path.read_text().splitlines() if line]  # type: ignore[misc]
+
+
+def inside(span: tuple[float, float], pauses: Sequence[tuple[float, float, int, int]]) -> float:
+    """Seconds of ``pauses`` that fall within ``span``."""
+    t0, t1 = span
+    return sum(max(0.0, min(t1, s + d) - max(t0, s)) for s, d, _, _ in pauses)
+
+
+def gc_report(got: Result, pauses: Sequence[tuple[float, float, int, int]]) -> str:
+    """What the collector took of the measured calls and of the first calls."""
+    if not got.spans:
+        return "  gc: no measured calls"
+    window = (got.spans[0][0], got.spans[-1][1])
+    during = [p for p in pauses if window[0] <= p[0] <= window[1]]
+    per_call = [inside(s, during) * 1000 for s in got.spans]
+    totals = [(t1 - t0) * 1000 for t0, t1 in got.spans]
+    slow = pct(totals, 99)
+    over = [k for k, t in enumerate(totals) if t >= slow]
+    net = [t - g for t, g in zip(totals, per_call, strict=True)]
+    first = [inside(s, pauses) * 1000 for s in got.cold_spans]
+    worst = max(range(len(got.cold_spans)), key=lambda k: got.cold_spans[k][1] - got.cold_spans[k][0], default=None)
+    gens = [sum(1 for p in during if p[2] == g) for g in range(3)]
+    return (
+        f"  gc during the run: {len(during)} collections (gen 0/1/2: {gens[0]}/{gens[1]}/{gens[2]}), "
+        f"{sum(p[1] for p in during) * 1000:.1f} ms in all, "
+        f"longest {max((p[1] for p in during), default=0) * 1000:.1f} ms; "
+        f"calls at or over the f+p p99 ({slow:.1f} ms): {len(over)}, {sum(1 for k in over if per_call[k] > 0)} of them "
+        f"with a collection inside; f+p p99 without the collections' time: {pct(net, 99):.1f} ms; "
+        f"first calls: {sum(1 for g in first if g > 0)} of {len(first)} with a collection inside "
+        f"({sum(first):.1f} ms in all), the slowest "
+        + (
+            f"{(got.cold_spans[worst][1] - got.cold_spans[worst][0]) * 1000:.1f} ms of which collection "
+            f"{first[worst]:.1f} ms"
+            if worst is not None
+            else "-"
+        )
+    )
+
+
+def probed(command: list[str], probe: Path | None, name: str, profile: bool) -> tuple[list[str], Path | None]:
+    """``command`` (gpuslice serve) run by serve_probe.py: collections logged, under cProfile if ``profile``."""
+    if probe is None:
+        return command, None
+    probe.mkdir(parents=True, exist_ok=True)
+    gc_log = probe / f"{name}.gc.jsonl"
+    wrapper = [sys.executable, str(Path(__file__).with_name("serve_probe.py")), "--gc-log", str(gc_log)]
+    if profile:
+        wrapper += ["--profile", str(probe / f"{name}.prof")]
+    return [*wrapper, "--", *command[command.index("serve") :]], gc_log
+
+
 def run(args: argparse.Namespace) -> None:
     cpus = pin(args.server_cpus)
     work = Path(tempfile.mkdtemp(prefix="gpuslice-bench-"))
     print(" | ".join(COLUMNS), flush=True)
     rows: list[tuple[str, ...]] = []
     for n in args.nodes:
-        path = work / f"cluster-{n}.json"
-        cluster = write_cluster(path, n, args.pods + args.warmup, args.seed, args.mix, args.fill)
-        for _ in range(args.repeat):
-            for sampling in args.sampling:
-                noop = [sys.executable, __file__, "--noop-port", "0"]
-                base, _ = measure(noop, cluster, sampling, args.mode, args.warmup, work / "noop.log", cpus)
-                rows.append(row(n, sampling, "(noop)", base, None, 0))
-                print(" | ".join(rows[-1]), flush=True)
-                if args.floor:
-                    floor = [sys.executable, __file__, "--floor-cluster", str(path), "--noop-port", "0"]
-                    got, _ = measure(floor, cluster, sampling, args.mode, args.warmup, work / "floor.log", cpus)
-                    rows.append(row(n, sampling, "(floor)", got, base, 0))
+        for fill in args.fill:
+            path = work / f"cluster-{n}-{fill:.2f}.json"
+            cluster = write_cluster(path, n, args.pods + args.warmup, args.seed, args.mix, fill)
+            for k in range(args.repeat):
+                for sampling in args.sampling:
+                    noop = [sys.executable, __file__, "--noop-port", "0"]
+                    base, _ = measure(noop, cluster, sampling, args.mode, args.warmup, work / "noop.log", cpus)
+                    rows.append(row(n, fill, sampling, "(noop)", base, None, 0))
                     print(" | ".join(rows[-1]), flush=True)
-                for policy in args.policy:
-                    command = serve_command(path, 0, policy)
-                    got, bad = measure(command, cluster, sampling, args.mode, args.warmup, work / f"{policy}.log", cpus)
-                    rows.append(row(n, sampling, policy, got, base, bad))
-                    print(" | ".join(rows[-1]), flush=True)
+                    floor = None
+                    if args.floor:
+                        command = [sys.executable, __file__, "--floor-cluster", str(path), "--noop-port", "0"]
+                        floor, _ = measure(command, cluster, sampling, args.mode, args.warmup, work / "floor.log", cpus)
+                        rows.append(row(n, fill, sampling, "(floor)", floor, base, 0))
+                        print(" | ".join(rows[-1]), flush=True)
+                    for policy in args.policy:
+                        name = f"{policy}-{n}-{fill:.2f}-{sampling}-{k}"
+                        command, gc_log = probed(serve_command(path, 0, policy), args.probe, name, args.profile)
+                        log = work / f"{policy}.log"
+                        got, bad = measure(command, cluster, sampling, args.mode, args.warmup, log, cpus)
+                        rows.append(row(n, fill, sampling, policy, got, base, bad, floor))
+                        print(" | ".join(rows[-1]), flush=True)
+                        if gc_log is not None:
+                            print(gc_report(got, gc_pauses(gc_log)), flush=True)
+            if not args.keep:
+                path.unlink(missing_ok=True)
     if args.repeat > 1:
         print("\nmedian (range) over the runs:")
         print(" | ".join(COLUMNS))
@@ -1293,26 +1388,31 @@ def run(args: argparse.Namespace) -> None:
             print(line)
     print(
         f"\n(times in ms, client side over HTTP; {args.pods} measured scheduling attempts after {args.warmup}; "
-        f"mix {args.mix}, cluster filled to {args.fill:.0%} before the run; sampling default = "
+        f"mix {args.mix}; fill: the share of GPU allocated before the run; sampling default = "
         "percentageOfNodesToScore unset (adaptive), all = every node; bound/s: pods bound per second; "
         "tries/s: scheduling attempts per second (pods that fit nowhere included); cpu/try: CPU ms per attempt "
-        "of the server and of this driver; x: the ratio against the do-nothing extender of the same run; "
+        "of the server and of this driver; x: the ratio against the do-nothing extender of the same run "
+        "(p99 of filter + prioritize, bound/s, server CPU), x floor cpu: server CPU against the floor's; "
         "cold p50, cold / hopeless max: the median and slowest filter + prioritize, every node listed, of 40 "
         "pods of shapes never seen and of 20 pods that fit nowhere, after the run; "
-        f"logs in {work})"
+        f"logs in {work}" + (f"; probes in {args.probe}" if args.probe else "") + ")"
     )
-    if not args.keep:
-        path.unlink(missing_ok=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
-    parser.add_argument("--policy", nargs="+", default=["binpack", "fgd"])
+    parser.add_argument("--policy", nargs="+", default=["binpack", "fgd-reserve"])
     parser.add_argument("--sampling", nargs="+", choices=sorted(SAMPLING), default=["default", "all"])
     parser.add_argument("--mode", choices=["names", "nodes"], default="names")
     parser.add_argument("--mix", choices=sorted(MIXES), default="many")
-    parser.add_argument("--fill", type=float, default=0.0, help="GPU share allocated before the run (0..1)")
+    parser.add_argument(
+        "--fill",
+        type=float,
+        nargs="+",
+        default=[0.0],
+        help="GPU share allocated before the run (0..1; several: a cluster of each, e.g. 0 0.85: empty and busy)",
+    )
     parser.add_argument("--pods", type=int, default=600, help="measured scheduling attempts' pods")
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=1, help="runs of each (alternating), then medians")
@@ -1331,6 +1431,13 @@ def main() -> None:
         help="also measure the floor: the least GPU accounting an extender can do on the same HTTP stack "
         "(its ratios to the do-nothing extender are the best any such extender can reach here)",
     )
+    parser.add_argument(
+        "--probe",
+        type=Path,
+        help="run gpuslice under benchmarks/serve_probe.py: time every collection of the cyclic GC and lay the "
+        "pauses beside the calls (a line after each row); files in this folder",
+    )
+    parser.add_argument("--profile", action="store_true", help="with --probe: cProfile gpuslice too (DIR/*.prof)")
     parser.add_argument("--noop-port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--floor-cluster", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -1342,8 +1449,11 @@ def main() -> None:
         return
     if args.floor and args.mode != "names":
         raise SystemExit(f"--floor with --mode {args.mode}: accepted: --mode names (the floor reads NodeNames)")
-    if not 0 <= args.fill < 1:
-        raise SystemExit(f"--fill {args.fill}: accepted: a share from 0 to below 1")
+    for fill in args.fill:
+        if not 0 <= fill < 1:
+            raise SystemExit(f"--fill {fill}: accepted: a share from 0 to below 1")
+    if args.profile and not args.probe:
+        raise SystemExit("--profile without --probe: accepted: --probe DIR --profile (the profiles go to DIR)")
     os.environ.setdefault("PYTHONHASHSEED", "0")
     run(args)
 
