@@ -812,6 +812,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def schedstat(pid: int | None) -> tuple[float, float]:
+    """(ms on a CPU, ms runnable but waiting for one) of process ``pid``'s main thread so far
+    (Linux /proc schedstat, nanoseconds): the wait is what the rest of the machine took from it."""
+    if pid is None:
+        return float("nan"), float("nan")
+    try:
+        run, wait = Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[:2]
+    except (OSError, ValueError):
+        return float("nan"), float("nan")
+    return int(run) / 1e6, int(wait) / 1e6
+
+
 def resident_mib(pid: int) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -840,6 +852,9 @@ class Result:
     hopeless_passed: int = 0  # of those, how many some node passed (0 unless the extender errs)
     spans: list[tuple[float, float]] = field(default_factory=list)  # each measured attempt: perf_counter at start, end
     cold_spans: list[tuple[float, float]] = field(default_factory=list)  # the first calls' (cold, then hopeless)
+    cold_run_ms: list[float] = field(default_factory=list)  # each first call: the server's main thread on a CPU
+    cold_wait_ms: list[float] = field(default_factory=list)  # ... and runnable, waiting for a CPU
+    server_wait_ms: float = float("nan")  # per measured attempt: the server's main thread waiting for a CPU
 
     @property
     def bound_per_s(self) -> float:
@@ -946,7 +961,7 @@ class KubeScheduler:
             return b'{"Pod":' + pod + b',"Nodes":null,"NodeNames":' + listed + b"}"
         return b'{"Pod":' + pod + b',"Nodes":' + listed + b',"NodeNames":null}'
 
-    def first_calls(self, result: Result, count: int = 40, seed: int = 7) -> None:
+    def first_calls(self, result: Result, count: int = 40, seed: int = 7, server: int | None = None) -> None:
         """Filter with every node, then prioritize on the survivors, for ``count`` pods of request
         shapes never seen (memory sizes off the mix's 256 MiB grid, compute shares of 1 percent
         steps) and ``count // 2`` pods that fit nowhere (more GPUs than a node has, more memory than a GPU, a model
@@ -972,6 +987,7 @@ class KubeScheduler:
         for into, kind, shapes in ((result.cold_ms, "cold", cold), (result.hopeless_ms, "hopeless", hopeless)):
             for k, wanted in enumerate(shapes):
                 pod = orjson.dumps(make_pod(f"first-{kind}-{k}", wanted, 1, 8))
+                run0, wait0 = schedstat(server)
                 t0 = time.perf_counter()
                 data = conn.post(b"/filter", self.body(pod, listed))
                 if self.mode == "names":
@@ -986,8 +1002,11 @@ class KubeScheduler:
                     conn.post(b"/prioritize", self.body(pod, survivors))
                     result.hopeless_passed += kind == "hopeless"
                 t1 = time.perf_counter()
+                run1, wait1 = schedstat(server)
                 into.append((t1 - t0) * 1000)
                 result.cold_spans.append((t0, t1))
+                result.cold_run_ms.append(run1 - run0)
+                result.cold_wait_ms.append(wait1 - wait0)
         conn.close()
 
     def run(
@@ -1035,7 +1054,7 @@ class KubeScheduler:
         gc.set_threshold(*GC_THRESHOLDS)
         cycles = 0
         measuring = False
-        started = server0 = driver0 = idle = 0.0
+        started = server0 = driver0 = idle = wait0 = 0.0
         with ThreadPoolExecutor(self.binders) as pool:
             while active or backoff or inflight or unschedulable:
                 for done in [f for f in inflight if f.done()]:
@@ -1082,6 +1101,7 @@ class KubeScheduler:
                     measuring = True
                     started = time.perf_counter()
                     server0 = cpu_seconds(server) if server else float("nan")
+                    wait0 = schedstat(server)[1]
                     driver0 = time.process_time()
                 pod = active.popleft()
                 cycles += 1
@@ -1134,6 +1154,7 @@ class KubeScheduler:
             if server:
                 result.server_cpu_ms = (cpu_seconds(server) - server0) * 1000 / result.attempts
                 result.server_rss_mib = resident_mib(server)
+                result.server_wait_ms = (schedstat(server)[1] - wait0) / result.attempts
             result.driver_cpu_ms = (time.process_time() - driver0) * 1000 / result.attempts
         for c in [conn, *opened]:
             c.close()
@@ -1190,7 +1211,7 @@ def measure(
     with running(command, port, log, cpus) as (client, pid):
         scheduler = KubeScheduler(port, cluster.nodes, cluster.running, percentage=SAMPLING[sampling], mode=mode)
         got = scheduler.run(cluster.pending, warmup, pid)
-        scheduler.first_calls(got)
+        scheduler.first_calls(got, server=pid)
         bad = over_allocated(client) if "--noop-port" not in command else 0
     return got, bad
 
@@ -1320,6 +1341,17 @@ def gc_report(got: Result, pauses: Sequence[tuple[float, float, int, int]]) -> s
     first = [inside(s, pauses) * 1000 for s in got.cold_spans]
     worst = max(range(len(got.cold_spans)), key=lambda k: got.cold_spans[k][1] - got.cold_spans[k][0], default=None)
     gens = [sum(1 for p in during if p[2] == g) for g in range(3)]
+    slowest = max(range(len(first)), key=lambda k: got.cold_run_ms[k] + got.cold_wait_ms[k], default=None)
+    where = (
+        f"; the server's main thread waited for a CPU {got.server_wait_ms:.2f} ms an attempt; first calls: "
+        f"on a CPU p50 {pct(got.cold_run_ms, 50):.1f} / max {max(got.cold_run_ms, default=float('nan')):.1f} ms, "
+        f"waiting for one p50 {pct(got.cold_wait_ms, 50):.1f} / max {max(got.cold_wait_ms, default=float('nan')):.1f}"
+        + (
+            f" (the slowest: {got.cold_run_ms[slowest]:.1f} on a CPU + {got.cold_wait_ms[slowest]:.1f} waiting)"
+            if slowest is not None
+            else ""
+        )
+    )
     return (
         f"  gc during the run: {len(during)} collections (gen 0/1/2: {gens[0]}/{gens[1]}/{gens[2]}), "
         f"{sum(p[1] for p in during) * 1000:.1f} ms in all, "
@@ -1334,6 +1366,7 @@ def gc_report(got: Result, pauses: Sequence[tuple[float, float, int, int]]) -> s
             if worst is not None
             else "-"
         )
+        + where
     )
 
 
