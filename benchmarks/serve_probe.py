@@ -4,7 +4,9 @@
 
 ``--profile``: cProfile on the thread that answers filter, prioritize and bind (uvicorn's
 event loop: with a cluster file, bind is answered there too), written to FILE when the server
-stops (``python -m pstats FILE``). ``--gc-log``: every collection of CPython's cyclic collector
+stops (``python -m pstats FILE``); SIGUSR1 writes it at once and starts a fresh one, written
+to FILE's ``.first.prof`` twin when the server stops (the driver sends it before the first
+calls of new shapes). ``--gc-log``: every collection of CPython's cyclic collector
 timed (a :data:`gc.callbacks` hook, first in the list), written to FILE as JSON lines
 ``[start, seconds, generation, collected]`` when the server stops. ``start`` is
 :func:`time.perf_counter`, on Linux the system's monotonic clock, so the driver can lay the
@@ -42,7 +44,14 @@ def main() -> None:
 
     if options.gc_log:
         gc.callbacks.insert(0, timed)
-    profile = cProfile.Profile() if options.profile else None
+    profiles = [cProfile.Profile()] if options.profile else []
+
+    def switch(signum: int, frame: Any) -> None:
+        """The profile so far to FILE; from now on a fresh one, to FILE's ``.first.prof`` twin."""
+        profiles[-1].disable()
+        profiles[-1].dump_stats(str(options.profile))
+        profiles.append(cProfile.Profile())
+        profiles[-1].enable()
 
     def stop(signum: int, frame: Any) -> None:
         raise SystemExit(0)
@@ -50,19 +59,22 @@ def main() -> None:
     # uvicorn restores the handler it found once it has shut down and raises the signal again:
     # this one unwinds to the ``finally`` below, where the default one would end the process
     signal.signal(signal.SIGTERM, stop)
+    if profiles:
+        signal.signal(signal.SIGUSR1, switch)
     sys.argv = ["gpuslice", *args]
     from scheduler.cli import main as gpuslice
 
-    if profile:
-        profile.enable()
+    if profiles:
+        profiles[0].enable()
     try:
         gpuslice()
     except SystemExit:
         pass
     finally:
-        if profile:
-            profile.disable()
-            profile.dump_stats(str(options.profile))
+        if profiles:
+            profiles[-1].disable()
+            last = options.profile if len(profiles) == 1 else options.profile.with_suffix(".first.prof")
+            profiles[-1].dump_stats(str(last))
         if options.gc_log:
             options.gc_log.write_text("".join(json.dumps(p) + "\n" for p in pauses))
 
