@@ -1017,6 +1017,7 @@ class KubeScheduler:
         server: int | None = None,
         every: tuple[int, Any] | None = None,
         max_cycles: int = 0,
+        measuring_starts: Any = None,
     ) -> Result:
         """Schedule ``pods`` (in order; failed ones again) until every pod is bound or has been
         retried, or ``max_cycles`` scheduling cycles have run (0: no limit), measuring after
@@ -1103,6 +1104,8 @@ class KubeScheduler:
                     started = time.perf_counter()
                     server0 = cpu_seconds(server) if server else float("nan")
                     wait0 = schedstat(server)[1]
+                    if measuring_starts is not None:
+                        measuring_starts()
                     driver0 = time.process_time()
                 pod = active.popleft()
                 cycles += 1
@@ -1212,11 +1215,15 @@ def measure(
     command = [*command[:-1], str(port)] if command[-2] == "--noop-port" else _with_port(command, port)
     with running(command, port, log, cpus) as (client, pid):
         scheduler = KubeScheduler(port, cluster.nodes, cluster.running, percentage=SAMPLING[sampling], mode=mode)
-        got = scheduler.run(cluster.pending, warmup, pid)
-        if profiled:  # serve_probe.py: the run's profile written, a fresh one for the first calls
-            os.kill(pid, signal.SIGUSR1)
+        # serve_probe.py --profile: a profile of the measured attempts, another of the first calls
+        toggle = (lambda: os.kill(pid, signal.SIGUSR1)) if profiled else None
+        got = scheduler.run(cluster.pending, warmup, pid, measuring_starts=toggle)
+        if toggle:
+            toggle()
             time.sleep(0.5)
         scheduler.first_calls(got, server=pid)
+        if toggle:
+            toggle()
         bad = over_allocated(client) if "--noop-port" not in command else 0
     return got, bad
 

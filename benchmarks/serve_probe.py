@@ -2,15 +2,17 @@
 
     python benchmarks/serve_probe.py [--profile FILE] [--gc-log FILE] -- serve --cluster-file ...
 
-``--profile``: cProfile on the thread that answers filter, prioritize and bind (uvicorn's
-event loop: with a cluster file, bind is answered there too), written to FILE when the server
-stops (``python -m pstats FILE``); SIGUSR1 writes it at once and starts a fresh one, written
-to FILE's ``.first.prof`` twin when the server stops (the driver sends it before the first
-calls of new shapes). ``--gc-log``: every collection of CPython's cyclic collector
-timed (a :data:`gc.callbacks` hook, first in the list), written to FILE as JSON lines
-``[start, seconds, generation, collected]`` when the server stops. ``start`` is
-:func:`time.perf_counter`, on Linux the system's monotonic clock, so the driver can lay the
-pauses beside its own timings of the calls.
+``--profile``: cProfile, counting the CPU time of the thread that answers filter, prioritize and
+bind (uvicorn's event loop; with a cluster file bind is answered there too), so that what the
+rest of a loaded machine takes does not show; it runs between signals: the first SIGUSR1 starts
+it (the driver sends it when its measured attempts begin), the second writes it to FILE and
+starts a fresh one (sent before the first calls of new shapes), the third writes that one to
+FILE's ``.first.prof`` twin (after them; ``python -m pstats FILE``).
+
+``--gc-log``: every collection of CPython's cyclic collector timed (a :data:`gc.callbacks`
+hook, first in the list), written to FILE as JSON lines ``[start, seconds, generation,
+collected]`` when the server stops. ``start`` is :func:`time.perf_counter`, on Linux the
+system's monotonic clock, so the driver can lay the pauses beside its own timings of the calls.
 """
 
 from __future__ import annotations
@@ -44,14 +46,17 @@ def main() -> None:
 
     if options.gc_log:
         gc.callbacks.insert(0, timed)
-    profiles = [cProfile.Profile()] if options.profile else []
+    profiles: list[cProfile.Profile] = []
+    names = [options.profile, options.profile.with_suffix(".first.prof")] if options.profile else []
 
     def switch(signum: int, frame: Any) -> None:
-        """The profile so far to FILE; from now on a fresh one, to FILE's ``.first.prof`` twin."""
-        profiles[-1].disable()
-        profiles[-1].dump_stats(str(options.profile))
-        profiles.append(cProfile.Profile())
-        profiles[-1].enable()
+        """The profile under way (if any) written; the next one started (if any is left)."""
+        if profiles and names:
+            profiles[-1].disable()
+            profiles[-1].dump_stats(str(names.pop(0)))
+        if names and len(profiles) < 2:
+            profiles.append(cProfile.Profile(time.thread_time))
+            profiles[-1].enable()
 
     def stop(signum: int, frame: Any) -> None:
         raise SystemExit(0)
@@ -59,22 +64,19 @@ def main() -> None:
     # uvicorn restores the handler it found once it has shut down and raises the signal again:
     # this one unwinds to the ``finally`` below, where the default one would end the process
     signal.signal(signal.SIGTERM, stop)
-    if profiles:
+    if options.profile:
         signal.signal(signal.SIGUSR1, switch)
     sys.argv = ["gpuslice", *args]
     from scheduler.cli import main as gpuslice
 
-    if profiles:
-        profiles[0].enable()
     try:
         gpuslice()
     except SystemExit:
         pass
     finally:
-        if profiles:
+        if profiles and names:  # a profile still under way
             profiles[-1].disable()
-            last = options.profile if len(profiles) == 1 else options.profile.with_suffix(".first.prof")
-            profiles[-1].dump_stats(str(last))
+            profiles[-1].dump_stats(str(names[0]))
         if options.gc_log:
             options.gc_log.write_text("".join(json.dumps(p) + "\n" for p in pauses))
 
