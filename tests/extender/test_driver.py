@@ -285,3 +285,28 @@ def test_the_floor_serves_a_run_of_the_gfd_mix_without_over_allocating(tmp_path:
     # floor keeps no holds), never for an error of its own
     assert got.attempts >= 100 and got.bound >= 40 and got.unschedulable >= 5
     assert set(scheduler.errors) <= {"no GPU free"}
+
+
+def test_collection_time_is_counted_where_it_falls_inside_a_call() -> None:
+    # pauses: (start, seconds, generation, collected); spans: (start, end)
+    pauses = [(1.0, 0.5, 0, 0), (2.9, 0.2, 1, 3), (5.0, 1.0, 2, 0)]
+    assert driver.inside((0.0, 0.9), pauses) == 0.0
+    assert driver.inside((1.2, 3.0), pauses) == pytest.approx(0.3 + 0.1)  # the end of one, the start of another
+    assert driver.inside((4.0, 7.0), pauses) == pytest.approx(1.0)  # one whole
+    got = driver.Result(spans=[(0.0, 0.9), (1.2, 3.0), (4.0, 7.0)], cold_spans=[(5.5, 5.6)])
+    got.filter_ms, got.prioritize_ms = [900.0, 1800.0, 3000.0], [0.0, 0.0, 0.0]
+    got.cold_run_ms, got.cold_wait_ms = [30.0], [70.0]
+    line = driver.gc_report(got, pauses)
+    assert "3 collections (gen 0/1/2: 1/1/1)" in line and "1700.0 ms in all" in line
+    assert "first calls: 1 of 1 with a collection inside (100.0 ms in all)" in line
+    assert "the slowest: 30.0 on a CPU + 70.0 waiting" in line
+
+
+def test_schedstat_counts_a_threads_time_on_a_cpu() -> None:
+    import os
+
+    run0, wait0 = driver.schedstat(os.getpid())
+    sum(range(3_000_000))
+    run1, wait1 = driver.schedstat(os.getpid())
+    assert run1 - run0 > 1.0 and wait1 >= wait0  # ms
+    assert driver.schedstat(None) != driver.schedstat(None)  # nan: no server to read
