@@ -20,7 +20,10 @@ kube-scheduler's scheduling loop (:class:`KubeScheduler`, after pkg/scheduler of
   (a uniform draw among ties), the pod assumed there, and the bind sent asynchronously:
   the next pods are filtered before it arrives;
 * a mix of many request shapes (``--mix many``: every memory size is a shape of its own),
-  with pods that fit nowhere.
+  with pods that fit nowhere; ``--mix gfd`` (:func:`gfd_node`, :func:`gfd_shapes`) adds nodes
+  known by GPU-Feature-Discovery labels or by ``nvidia.com/*`` allocatable alone, MIG under the
+  ``mixed`` and ``single`` strategies, pods asking by ``nvidia.com/*`` resources and malformed
+  pods.
 
 It prints, per run: filter and prioritize p50/p99 and filter + prioritize p99 (ms, over
 HTTP), bound pods per second, scheduling attempts per second, bind failures, the server's and
