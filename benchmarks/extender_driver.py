@@ -856,6 +856,7 @@ class Result:
     hopeless_passed: int = 0  # of those, how many some node passed (0 unless the extender errs)
     spans: list[tuple[float, float]] = field(default_factory=list)  # each measured attempt: perf_counter at start, end
     cold_spans: list[tuple[float, float]] = field(default_factory=list)  # the first calls' (cold, then hopeless)
+    cold_labels: list[str] = field(default_factory=list)  # each first call: what it asked
     cold_run_ms: list[float] = field(default_factory=list)  # each first call: the server's main thread on a CPU
     cold_wait_ms: list[float] = field(default_factory=list)  # ... and runnable, waiting for a CPU
     server_wait_ms: float = float("nan")  # per measured attempt: the server's main thread waiting for a CPU
@@ -1009,6 +1010,7 @@ class KubeScheduler:
                 run1, wait1 = schedstat(server)
                 into.append((t1 - t0) * 1000)
                 result.cold_spans.append((t0, t1))
+                result.cold_labels.append(kind + " " + ",".join(f"{k}={v}" for k, v in wanted.items()))
                 result.cold_run_ms.append(run1 - run0)
                 result.cold_wait_ms.append(wait1 - wait0)
         conn.close()
@@ -1367,6 +1369,14 @@ def gc_report(got: Result, pauses: Sequence[tuple[float, float, int, int]]) -> s
             else ""
         )
     )
+    walls = [(t1 - t0) * 1000 for t0, t1 in got.cold_spans]
+    top = sorted(range(len(walls)), key=walls.__getitem__, reverse=True)[:3]
+    if got.cold_labels and got.cold_run_ms:
+        where += "; the slowest first calls: " + "; ".join(
+            f"{got.cold_labels[k]}: {walls[k]:.1f} ms = {got.cold_run_ms[k]:.1f} on a CPU + "
+            f"{got.cold_wait_ms[k]:.1f} waiting (collection {first[k]:.1f})"
+            for k in top
+        )
     return (
         f"  gc during the run: {len(during)} collections (gen 0/1/2: {gens[0]}/{gens[1]}/{gens[2]}), "
         f"{sum(p[1] for p in during) * 1000:.1f} ms in all, "

@@ -295,8 +295,9 @@ def test_collection_time_is_counted_where_it_falls_inside_a_call() -> None:
     assert driver.inside((4.0, 7.0), pauses) == pytest.approx(1.0)  # one whole
     got = driver.Result(spans=[(0.0, 0.9), (1.2, 3.0), (4.0, 7.0)], cold_spans=[(5.5, 5.6)])
     got.filter_ms, got.prioritize_ms = [900.0, 1800.0, 3000.0], [0.0, 0.0, 0.0]
-    got.cold_run_ms, got.cold_wait_ms = [30.0], [70.0]
+    got.cold_run_ms, got.cold_wait_ms, got.cold_labels = [30.0], [70.0], ["cold gpu-fraction=0.5"]
     line = driver.gc_report(got, pauses)
+    assert "cold gpu-fraction=0.5: 100.0 ms = 30.0 on a CPU + 70.0 waiting (collection 100.0)" in line
     assert "3 collections (gen 0/1/2: 1/1/1)" in line and "1700.0 ms in all" in line
     assert "first calls: 1 of 1 with a collection inside (100.0 ms in all)" in line
     assert "the slowest: 30.0 on a CPU + 70.0 waiting" in line
