@@ -1344,10 +1344,13 @@ def inside(span: tuple[float, float], pauses: Sequence[tuple[float, float, int, 
     return sum(max(0.0, min(t1, s + d) - max(t0, s)) for s, d, _, _ in pauses)
 
 
-def gc_report(got: Result, pauses: Sequence[tuple[float, float, int, int]]) -> str:
-    """What the collector took of the measured calls and of the first calls."""
+def gc_report(got: Result, pauses: Sequence[tuple[float, float, int, int]] | None) -> str:
+    """What the collector took of the measured calls and of the first calls (``pauses`` None: not
+    logged, for the do-nothing extender and the floor), and what the rest of the machine took."""
     if not got.spans:
         return "  gc: no measured calls"
+    logged = pauses is not None
+    pauses = pauses or []
     window = (got.spans[0][0], got.spans[-1][1])
     during = [p for p in pauses if window[0] <= p[0] <= window[1]]
     per_call = [inside(s, during) * 1000 for s in got.spans]
@@ -1377,6 +1380,8 @@ def gc_report(got: Result, pauses: Sequence[tuple[float, float, int, int]]) -> s
             f"{got.cold_wait_ms[k]:.1f} waiting (collection {first[k]:.1f})"
             for k in top
         )
+    if not logged:
+        return "  " + where.removeprefix("; ").replace(" (collection 0.0)", "")
     return (
         f"  gc during the run: {len(during)} collections (gen 0/1/2: {gens[0]}/{gens[1]}/{gens[2]}), "
         f"{sum(p[1] for p in during) * 1000:.1f} ms in all, "
@@ -1422,12 +1427,16 @@ def run(args: argparse.Namespace) -> None:
                     base, _ = measure(noop, cluster, sampling, args.mode, args.warmup, work / "noop.log", cpus)
                     rows.append(row(n, fill, sampling, "(noop)", base, None, 0))
                     print(" | ".join(rows[-1]), flush=True)
+                    if args.probe:
+                        print(gc_report(base, None), flush=True)
                     floor = None
                     if args.floor:
                         command = [sys.executable, __file__, "--floor-cluster", str(path), "--noop-port", "0"]
                         floor, _ = measure(command, cluster, sampling, args.mode, args.warmup, work / "floor.log", cpus)
                         rows.append(row(n, fill, sampling, "(floor)", floor, base, 0))
                         print(" | ".join(rows[-1]), flush=True)
+                        if args.probe:
+                            print(gc_report(floor, None), flush=True)
                     for policy in args.policy:
                         name = f"{policy}-{n}-{fill:.2f}-{sampling}-{k}"
                         command, gc_log = probed(serve_command(path, 0, policy), args.probe, name, args.profile)
