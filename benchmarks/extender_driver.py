@@ -1400,6 +1400,36 @@ def gc_report(got: Result, pauses: Sequence[tuple[float, float, int, int]] | Non
     )
 
 
+def learn_events(path: Path) -> list[tuple[float, float, int]]:
+    """The re-estimates ``serve_probe.py`` timed: (start, seconds, pods seen)."""
+    if not path.exists():
+        return []
+    return [(float(a), float(b), int(c)) for a, b, c in (json.loads(x) for x in path.read_text().splitlines() if x)]
+
+
+def learn_report(got: Result, events: Sequence[tuple[float, float, int]], after: int = 20) -> str | None:
+    """The workload's re-estimates inside the measured run (``serve_probe.py``'s ``.learn.jsonl``)
+    and what the ``after`` attempts that follow each cost against the run's median."""
+    if not got.spans:
+        return None
+    window = (got.spans[0][0], got.spans[-1][1])
+    inside_run = [e for e in events if window[0] <= e[0] <= window[1]]
+    if not inside_run:
+        return f"  workload re-estimates inside the run: none ({len(events)} in all, at pods {[e[2] for e in events]})"
+    totals = [(t1 - t0) * 1000 for t0, t1 in got.spans]
+    starts = [t0 for t0, _ in got.spans]
+    parts = []
+    for began, took, seen in inside_run:
+        k = next((i for i, t in enumerate(starts) if t >= began), len(starts))
+        k = max(0, k - 1)  # the attempt whose call made it
+        following = totals[k : k + after]
+        parts.append(
+            f"at pod {seen}: {took * 1000:.1f} ms, then f+p median {pct(following, 50):.1f} / max "
+            f"{max(following, default=float('nan')):.1f} ms over {len(following)} attempts"
+        )
+    return f"  workload re-estimates inside the run (run median f+p {pct(totals, 50):.1f} ms): " + "; ".join(parts)
+
+
 def probed(command: list[str], probe: Path | None, name: str, profile: bool) -> tuple[list[str], Path | None]:
     """``command`` (gpuslice serve) run by serve_probe.py: collections logged, under cProfile if ``profile``."""
     if probe is None:
@@ -1446,6 +1476,10 @@ def run(args: argparse.Namespace) -> None:
                         print(" | ".join(rows[-1]), flush=True)
                         if gc_log is not None:
                             print(gc_report(got, gc_pauses(gc_log)), flush=True)
+                            events = learn_events(gc_log.with_suffix(".learn.jsonl"))
+                            line = learn_report(got, events)
+                            if line and events:
+                                print(line, flush=True)
             if not args.keep:
                 path.unlink(missing_ok=True)
     if args.repeat > 1:

@@ -13,6 +13,9 @@ FILE's ``.first.prof`` twin (after them; ``python -m pstats FILE``).
 hook, first in the list), written to FILE as JSON lines ``[start, seconds, generation,
 collected]`` when the server stops. ``start`` is :func:`time.perf_counter`, on Linux the
 system's monotonic clock, so the driver can lay the pauses beside its own timings of the calls.
+Beside it, FILE's ``.learn.jsonl`` twin: every new estimate of the workload a learning policy
+(``fgd-reserve``) adopts, ``[start, seconds, pods seen]``: each drops the scores kept under the
+policy's previous version.
 """
 
 from __future__ import annotations
@@ -44,8 +47,10 @@ def main() -> None:
         else:
             pauses.append((began[0], time.perf_counter() - began[0], info["generation"], info["collected"]))
 
+    learned: list[tuple[float, float, int]] = []
     if options.gc_log:
         gc.callbacks.insert(0, timed)
+        learned = _time_reestimates()
     profiles: list[cProfile.Profile] = []
     names = [options.profile, options.profile.with_suffix(".first.prof")] if options.profile else []
 
@@ -79,6 +84,27 @@ def main() -> None:
             profiles[-1].dump_stats(str(names[0]))
         if options.gc_log:
             options.gc_log.write_text("".join(json.dumps(p) + "\n" for p in pauses))
+            options.gc_log.with_suffix(".learn.jsonl").write_text("".join(json.dumps(e) + "\n" for e in learned))
+
+
+def _time_reestimates() -> list[tuple[float, float, int]]:
+    """Every new estimate a learning policy adopts (``OnlineWorkload.observe`` answering True:
+    the policy's version moves, and every score kept under the old one is dropped), timed as
+    ``(start, seconds, pods seen)``; the method is wrapped in this process only."""
+    from scheduler.core.fragmentation import OnlineWorkload
+
+    adopted: list[tuple[float, float, int]] = []
+    observe = OnlineWorkload.observe
+
+    def timed(self: OnlineWorkload, demand: Any) -> bool:
+        began = time.perf_counter()
+        new = observe(self, demand)
+        if new:
+            adopted.append((began, time.perf_counter() - began, self._count))
+        return new
+
+    OnlineWorkload.observe = timed  # type: ignore[method-assign]
+    return adopted
 
 
 if __name__ == "__main__":

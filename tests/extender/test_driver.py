@@ -313,3 +313,12 @@ def test_schedstat_counts_a_threads_time_on_a_cpu() -> None:
     run1, wait1 = driver.schedstat(os.getpid())
     assert run1 - run0 > 1.0 and wait1 >= wait0  # ms
     assert driver.schedstat(None) != driver.schedstat(None)  # nan: no server to read
+
+
+def test_a_reestimate_is_laid_beside_the_attempts_after_it() -> None:
+    spans = [(float(t), t + 0.010 * (3 if 4 <= t < 6 else 1)) for t in range(10)]  # attempts 4 and 5: 30 ms
+    got = driver.Result(spans=spans)
+    line = driver.learn_report(got, [(4.0, 0.002, 316)], after=2)
+    assert line is not None and "at pod 316: 2.0 ms, then f+p median 30.0 / max 30.0 ms over 2 attempts" in line
+    assert "run median f+p 10.0 ms" in line
+    assert "none (1 in all, at pods [9])" in str(driver.learn_report(got, [(99.0, 0.001, 9)]))
