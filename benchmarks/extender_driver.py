@@ -561,7 +561,9 @@ def floor_app(cluster_file: Path) -> Any:
         for (name, mode), code in kinds.items():
             layout = models[code].mig
             if gpu.kind is GpuKind.MIG:
-                ok = mode is SharingMode.MIG and layout is not None and layout.match(gpu.profile) is not None
+                profile = gpu.profile
+                offered = layout is not None and profile is not None and layout.match(profile) is not None
+                ok = mode is SharingMode.MIG and offered
             else:
                 ok = mode is not SharingMode.MIG and gpu.allows_mode(mode)
             out[code] = ok and gpu.allows_model(name)
@@ -628,8 +630,8 @@ def floor_app(cluster_file: Path) -> Any:
         args = orjson.loads(await request_.body())
         req = request(args.get("Pod"))
         if isinstance(req, str):
-            body = {"Nodes": None, "NodeNames": None, "FailedNodes": None, "FailedAndUnresolvableNodes": None}
-            return Response(orjson.dumps({**body, "Error": req}), media_type="application/json")
+            nothing = dict.fromkeys(("Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes"))
+            return Response(orjson.dumps({**nothing, "Error": req}), media_type="application/json")
         names, at = listed(args)
         pending[args["Pod"]["metadata"]["name"]] = req
         ok = fits(at, req)[0].tolist()
@@ -1335,7 +1337,8 @@ def gc_pauses(path: Path) -> list[tuple[float, float, int, int]]:
     """The collections ``serve_probe.py --gc-log`` timed: (start, seconds, generation, collected)."""
     if not path.exists():
         return []
-    return [tuple(json.loads(line)) for line in path.read_text().splitlines() if line]  # type: ignore[misc]
+    rows = (json.loads(line) for line in path.read_text().splitlines() if line)
+    return [(float(s), float(d), int(g), int(n)) for s, d, g, n in rows]
 
 
 def inside(span: tuple[float, float], pauses: Sequence[tuple[float, float, int, int]]) -> float:
