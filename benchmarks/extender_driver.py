@@ -861,6 +861,7 @@ class Result:
     cold_labels: list[str] = field(default_factory=list)  # each first call: what it asked
     cold_run_ms: list[float] = field(default_factory=list)  # each first call: the server's main thread on a CPU
     cold_wait_ms: list[float] = field(default_factory=list)  # ... and runnable, waiting for a CPU
+    cold_driver_wait_ms: list[float] = field(default_factory=list)  # ... and this driver, waiting for a CPU
     server_wait_ms: float = float("nan")  # per measured attempt: the server's main thread waiting for a CPU
 
     @property
@@ -995,6 +996,7 @@ class KubeScheduler:
             for k, wanted in enumerate(shapes):
                 pod = orjson.dumps(make_pod(f"first-{kind}-{k}", wanted, 1, 8))
                 run0, wait0 = schedstat(server)
+                mine0 = schedstat(os.getpid())[1]
                 t0 = time.perf_counter()
                 data = conn.post(b"/filter", self.body(pod, listed))
                 if self.mode == "names":
@@ -1010,6 +1012,7 @@ class KubeScheduler:
                     result.hopeless_passed += kind == "hopeless"
                 t1 = time.perf_counter()
                 run1, wait1 = schedstat(server)
+                result.cold_driver_wait_ms.append(schedstat(os.getpid())[1] - mine0)
                 into.append((t1 - t0) * 1000)
                 result.cold_spans.append((t0, t1))
                 result.cold_labels.append(kind + " " + ",".join(f"{k}={v}" for k, v in wanted.items()))
@@ -1381,6 +1384,7 @@ def gc_report(got: Result, pauses: Sequence[tuple[float, float, int, int]] | Non
         where += "; the slowest first calls: " + "; ".join(
             f"{got.cold_labels[k]}: {walls[k]:.1f} ms = {got.cold_run_ms[k]:.1f} on a CPU + "
             f"{got.cold_wait_ms[k]:.1f} waiting (collection {first[k]:.1f})"
+            + (f", the driver waiting {got.cold_driver_wait_ms[k]:.1f}" if k < len(got.cold_driver_wait_ms) else "")
             for k in top
         )
     if not logged:

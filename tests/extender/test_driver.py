@@ -298,6 +298,8 @@ def test_collection_time_is_counted_where_it_falls_inside_a_call() -> None:
     got.cold_run_ms, got.cold_wait_ms, got.cold_labels = [30.0], [70.0], ["cold gpu-fraction=0.5"]
     line = driver.gc_report(got, pauses)
     assert "cold gpu-fraction=0.5: 100.0 ms = 30.0 on a CPU + 70.0 waiting (collection 100.0)" in line
+    got.cold_driver_wait_ms = [4.0]
+    assert "waiting (collection 100.0), the driver waiting 4.0" in driver.gc_report(got, pauses)
     unlogged = driver.gc_report(got, None)  # the do-nothing extender and the floor: no collection log
     assert "collection" not in unlogged and "cold gpu-fraction=0.5: 100.0 ms = 30.0 on a CPU + 70.0 waiting" in unlogged
     assert "3 collections (gen 0/1/2: 1/1/1)" in line and "1700.0 ms in all" in line
