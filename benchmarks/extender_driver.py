@@ -857,6 +857,7 @@ class Result:
     hopeless_ms: list[float] = field(default_factory=list)  # the same for pods that fit nowhere
     hopeless_passed: int = 0  # of those, how many some node passed (0 unless the extender errs)
     spans: list[tuple[float, float]] = field(default_factory=list)  # each measured attempt: perf_counter at start, end
+    run_ms: list[float] = field(default_factory=list)  # with --probe, each: the server's main thread on a CPU meanwhile
     cold_spans: list[tuple[float, float]] = field(default_factory=list)  # the first calls' (cold, then hopeless)
     cold_labels: list[str] = field(default_factory=list)  # each first call: what it asked
     cold_run_ms: list[float] = field(default_factory=list)  # each first call: the server's main thread on a CPU
@@ -1028,6 +1029,7 @@ class KubeScheduler:
         every: tuple[int, Any] | None = None,
         max_cycles: int = 0,
         measuring_starts: Any = None,
+        per_call_cpu: bool = False,
     ) -> Result:
         """Schedule ``pods`` (in order; failed ones again) until every pod is bound or has been
         retried, or ``max_cycles`` scheduling cycles have run (0: no limit), measuring after
@@ -1123,6 +1125,7 @@ class KubeScheduler:
                     every[1](cycles)
                 chosen = self.feasible(requests[pod])
                 listed = self.listed(chosen)
+                cpu0 = schedstat(server)[0] if per_call_cpu and measuring else 0.0
                 t0 = time.perf_counter()
                 data = conn.post(b"/filter", self.body(encoded[pod], listed))
                 t1 = time.perf_counter()
@@ -1143,6 +1146,8 @@ class KubeScheduler:
                     if measuring:
                         result.prioritize_ms.append(0.0)
                         result.spans.append((t0, t1))
+                        if per_call_cpu:
+                            result.run_ms.append(schedstat(server)[0] - cpu0)
                         result.unschedulable += 1
                     tries[pod] += 1
                     last_try[pod] = time.monotonic()
@@ -1155,6 +1160,8 @@ class KubeScheduler:
                 if measuring:
                     result.prioritize_ms.append((t3 - t2) * 1000)
                     result.spans.append((t0, t3))
+                    if per_call_cpu:
+                        result.run_ms.append(schedstat(server)[0] - cpu0)
                 hosts = top_hosts(data)
                 if not hosts:
                     raise RuntimeError(f"prioritize answered no host: {data[:300]!r}")
@@ -1227,7 +1234,8 @@ def measure(
         scheduler = KubeScheduler(port, cluster.nodes, cluster.running, percentage=SAMPLING[sampling], mode=mode)
         # serve_probe.py --profile: a profile of the measured attempts, another of the first calls
         toggle = (lambda: os.kill(pid, signal.SIGUSR1)) if profiled else None
-        got = scheduler.run(cluster.pending, warmup, pid, measuring_starts=toggle)
+        probing = "serve_probe.py" in " ".join(command)
+        got = scheduler.run(cluster.pending, warmup, pid, measuring_starts=toggle, per_call_cpu=probing)
         if toggle:
             toggle()
             time.sleep(0.5)
@@ -1369,7 +1377,13 @@ def gc_report(got: Result, pauses: Sequence[tuple[float, float, int, int]] | Non
     gens = [sum(1 for p in during if p[2] == g) for g in range(3)]
     slowest = max(range(len(first)), key=lambda k: got.cold_run_ms[k] + got.cold_wait_ms[k], default=None)
     where = (
-        f"; the server's main thread waited for a CPU {got.server_wait_ms:.2f} ms an attempt; first calls: "
+        (
+            f"; the server's main thread on a CPU per attempt: p50 {pct(got.run_ms, 50):.2f} / p99 "
+            f"{pct(got.run_ms, 99):.2f} / max {max(got.run_ms):.2f} ms"
+            if got.run_ms
+            else ""
+        )
+        + f"; the server's main thread waited for a CPU {got.server_wait_ms:.2f} ms an attempt; first calls: "
         f"on a CPU p50 {pct(got.cold_run_ms, 50):.1f} / max {max(got.cold_run_ms, default=float('nan')):.1f} ms, "
         f"waiting for one p50 {pct(got.cold_wait_ms, 50):.1f} / max {max(got.cold_wait_ms, default=float('nan')):.1f}"
         + (
@@ -1430,11 +1444,16 @@ def learn_report(got: Result, events: Sequence[tuple[float, float, int]], after:
         k = next((i for i, t in enumerate(starts) if t >= began), len(starts))
         k = max(0, k - 1)  # the attempt whose call made it
         following = totals[k : k + after]
+        on_cpu = got.run_ms[k : k + after]
         parts.append(
             f"at pod {seen}: {took * 1000:.1f} ms, then f+p median {pct(following, 50):.1f} / max "
             f"{max(following, default=float('nan')):.1f} ms over {len(following)} attempts"
+            + (f", on a CPU median {pct(on_cpu, 50):.1f} / max {max(on_cpu):.1f} ms" if on_cpu else "")
         )
-    return f"  workload re-estimates inside the run (run median f+p {pct(totals, 50):.1f} ms): " + "; ".join(parts)
+    head = f"run median f+p {pct(totals, 50):.1f} ms" + (
+        f", on a CPU {pct(got.run_ms, 50):.1f} ms" if got.run_ms else ""
+    )
+    return f"  workload re-estimates inside the run ({head}): " + "; ".join(parts)
 
 
 def probed(command: list[str], probe: Path | None, name: str, profile: bool) -> tuple[list[str], Path | None]:
