@@ -27,10 +27,14 @@ kube-scheduler's scheduling loop (:class:`KubeScheduler`, after pkg/scheduler of
 
 It prints, per run: filter and prioritize p50/p99 and filter + prioritize p99 (ms, over
 HTTP), bound pods per second, scheduling attempts per second, bind failures, the server's and
-the driver's CPU per attempt, the server's resident memory, and the ratios against the
-do-nothing extender's figures of the same run. After each run, the first calls: filter with
-every node and prioritize for 40 pods of request shapes never seen and 20 pods that fit
-nowhere (their median and slowest).
+the driver's CPU per attempt, the server's resident memory, the ratios against the
+do-nothing extender's figures of the same run (p99, pods bound a second, server CPU) and, with
+``--floor``, the server CPU against the floor's; a cluster per ``--fill`` share (``0 0.85``:
+empty and busy). After each run, the first calls: filter with every node and prioritize for 40
+pods of request shapes never seen and 20 pods that fit nowhere (their median and slowest). With
+``--probe DIR`` gpuslice runs under ``serve_probe.py`` and a line after each row says what the
+cyclic collector took, each attempt's server CPU, how long the server's thread waited for a CPU,
+and the slowest first calls split into CPU, waiting and collection (``--profile``: cProfile too).
 
     python benchmarks/extender_driver.py                                  # 1,000 and 5,000 nodes
     python benchmarks/extender_driver.py --nodes 5000 --sampling default all --repeat 3

@@ -272,7 +272,7 @@ def test_the_floor_answers_the_gfd_mix_as_gpuslice_does(tmp_path: Path, fill: fl
     assert seen["malformed"] >= 5 and seen["nowhere"] >= 3 and seen["fits"] >= 100, seen
 
 
-def test_the_floor_serves_a_run_of_the_gfd_mix_without_over_allocating(tmp_path: Path) -> None:
+def test_the_floor_serves_a_run_of_the_gfd_mix(tmp_path: Path) -> None:
     path = tmp_path / "cluster.json"
     cluster = driver.write_cluster(path, 40, 120, seed=4, mix="gfd", fill=0.5)
     port = driver.free_port()
