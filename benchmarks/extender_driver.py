@@ -20,18 +20,29 @@ kube-scheduler's scheduling loop (:class:`KubeScheduler`, after pkg/scheduler of
   (a uniform draw among ties), the pod assumed there, and the bind sent asynchronously:
   the next pods are filtered before it arrives;
 * a mix of many request shapes (``--mix many``: every memory size is a shape of its own),
-  with pods that fit nowhere.
+  with pods that fit nowhere; ``--mix gfd`` (:func:`gfd_node`, :func:`gfd_shapes`) adds nodes
+  known by GPU-Feature-Discovery labels or by ``nvidia.com/*`` allocatable alone, MIG under the
+  ``mixed`` and ``single`` strategies, pods asking by ``nvidia.com/*`` resources and malformed
+  pods.
 
 It prints, per run: filter and prioritize p50/p99 and filter + prioritize p99 (ms, over
 HTTP), bound pods per second, scheduling attempts per second, bind failures, the server's and
-the driver's CPU per attempt, the server's resident memory, and the ratios against the
-do-nothing extender's figures of the same run. After each run, the first calls: filter with
-every node and prioritize for 40 pods of request shapes never seen and 20 pods that fit
-nowhere (their median and slowest).
+the driver's CPU per attempt, the server's resident memory, the ratios against the
+do-nothing extender's figures of the same run (p99, pods bound a second, server CPU) and, with
+``--floor``, the server CPU against the floor's; a cluster per ``--fill`` share (``0 0.85``:
+empty and busy). After each run, the first calls: filter with every node and prioritize for 40
+pods of request shapes never seen and 20 pods that fit nowhere (their median and slowest). With
+``--probe DIR`` gpuslice runs under ``serve_probe.py`` and a line after each row says what the
+cyclic collector took, each attempt's server CPU, how long the server's thread waited for a CPU,
+and the slowest first calls split into CPU, waiting and collection (``--profile``: cProfile too).
 
     python benchmarks/extender_driver.py                                  # 1,000 and 5,000 nodes
     python benchmarks/extender_driver.py --nodes 5000 --sampling default all --repeat 3
     python benchmarks/extender_driver.py --nodes 5000 --fill 0.85 --mix many   # a busy cluster
+    # every row of the speed table, empty and busy, on the second mix (GFD labels, MIG, malformed pods)
+    python benchmarks/extender_driver.py --nodes 5000 --sampling default --floor --fill 0 0.85 --mix gfd
+    # the same under cProfile, every collection of the cyclic GC timed beside the calls
+    python benchmarks/extender_driver.py --nodes 5000 --sampling default --fill 0 0.85 --probe /tmp/p --profile
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -63,10 +75,13 @@ import numpy as np
 import orjson
 
 from scheduler.core.allocation import record_annotations
-from scheduler.core.catalog import CATALOG
+from scheduler.core.catalog import CATALOG, GpuModel
+from scheduler.core.errors import InventoryError, RequestError
 from scheduler.core.fit import fit
 from scheduler.core.inventory import Device, Node, SharingMode
-from scheduler.core.request import MILLI, parse_pod
+from scheduler.core.k8s import parse_node
+from scheduler.core.quantity import bytes_to_mib, cpu_milli
+from scheduler.core.request import MILLI, Demand, GpuKind, GpuRequest, parse_pod
 from scheduler.core.state import NodeState
 from scheduler.extender.client import ExtenderClient
 from scheduler.extender.collector import THRESHOLDS as GC_THRESHOLDS
@@ -127,7 +142,95 @@ def project_shapes(rng: random.Random) -> dict[str, str]:
     return dict(rng.choices([a for _, a in PROJECT_MIX], [w for w, _ in PROJECT_MIX])[0])
 
 
-MIXES = {"project": project_shapes, "many": many_shapes}
+# The second mix (``--mix gfd``): nodes known by GPU-Feature-Discovery labels, by their
+# ``nvidia.com/*`` allocatable alone or by gpuslice's annotation, MIG under the device plugin's
+# ``mixed`` and ``single`` strategies, a few nodes gpuslice cannot read; pods of many shapes,
+# asking by annotation or by ``nvidia.com/*`` resources, pods that fit nowhere and malformed pods.
+GFD = "nvidia.com/"
+A100_MIXED = {"3g.40gb": 8, "2g.20gb": 8, "1g.10gb": 16}  # per GPU 3g + 2g + 2 x 1g: 7 slices, 8 slots
+GFD_NODE_KINDS: tuple[tuple[float, str], ...] = (
+    (0.20, "annotation"),
+    (0.18, "labels-exclusive"),
+    (0.12, "labels-time-slicing"),
+    (0.08, "labels-mps"),
+    (0.10, "allocatable"),
+    (0.17, "mig-mixed"),
+    (0.12, "mig-single"),
+    (0.03, "unreadable"),
+)
+MALFORMED: tuple[dict[str, str], ...] = (
+    {"gpu-count": "two"},
+    {"gpu-fraction": "1.5"},
+    {"gpu-fraction": "0.5", "gpu-memory": "10Gi"},
+    {"mig-profile": "9g.99gb"},
+    {"gpu-cuont": "1"},
+    {GFD + "mig-1g.10gb": "2"},
+)
+
+
+def gfd_labels(kind: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(labels, ``nvidia.com/*`` allocatable) of an 8-GPU node of ``kind`` as GFD and the
+    device plugin publish them."""
+    if kind == "labels-exclusive":
+        return {GFD + "gpu.product": "NVIDIA-A100-SXM4-80GB", GFD + "gpu.count": "8"}, {GFD + "gpu": "8"}
+    if kind in ("labels-time-slicing", "labels-mps"):
+        strategy = kind.removeprefix("labels-")
+        product = "NVIDIA-L4" if strategy == "time-slicing" else "NVIDIA-A100-SXM4-80GB"
+        labels = {
+            GFD + "gpu.product": product,
+            GFD + "gpu.count": "8",
+            GFD + "gpu.sharing-strategy": strategy,
+            GFD + "gpu.replicas": "4",
+        }
+        return labels, {GFD + "gpu": "32"}  # the device plugin advertises 8 GPUs x 4 replicas
+    if kind == "allocatable":
+        return {}, {GFD + "gpu": "8"}
+    if kind == "mig-mixed":
+        labels = {GFD + "gpu.product": "NVIDIA-A100-SXM4-80GB", GFD + "gpu.count": "8", GFD + "mig.strategy": "mixed"}
+        labels.update({f"{GFD}mig-{p}.count": str(n) for p, n in A100_MIXED.items()})
+        return labels, {f"{GFD}mig-{p}": str(n) for p, n in A100_MIXED.items()}
+    if kind == "mig-single":  # 4 A100-40GB split in 2 x 3g.20gb each: 8 alike MIG devices as nvidia.com/gpu
+        labels = {
+            GFD + "gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb",
+            GFD + "gpu.count": "8",
+            GFD + "gpu.memory": "20096",
+            GFD + "mig.strategy": "single",
+        }
+        return labels, {GFD + "gpu": "8"}
+    if kind == "unreadable":
+        return {GFD + "gpu.product": "NVIDIA-A100-SXM4-80GB", GFD + "gpu.count": "eight"}, {GFD + "gpu": "8"}
+    raise ValueError(f"node kind {kind!r}: accepted: {', '.join(k for _, k in GFD_NODE_KINDS)}")
+
+
+def gfd_node(i: int, rng: random.Random) -> dict[str, Any]:
+    kind = rng.choices([k for _, k in GFD_NODE_KINDS], [w for w, _ in GFD_NODE_KINDS])[0]
+    if kind == "annotation":
+        return make_node(i, node_inventory(i, rng))
+    node = make_node(i, None)
+    labels, allocatable = gfd_labels(kind)
+    node["metadata"]["labels"].update(labels)
+    node["status"]["allocatable"] = {k: v for k, v in node["status"]["allocatable"].items() if not k.startswith(GFD)}
+    node["status"]["allocatable"].update(allocatable)
+    node["status"]["capacity"] = dict(node["status"]["allocatable"])
+    return node
+
+
+def gfd_shapes(rng: random.Random) -> dict[str, str]:
+    """A pod of the second mix: many shapes (:func:`many_shapes`, pods that fit nowhere among
+    them), MIG and whole GPUs asked by ``nvidia.com/*`` resources, a model named, malformed pods."""
+    roll = rng.random()
+    if roll < 0.06:
+        return dict(rng.choice(MALFORMED))
+    if roll < 0.16:
+        return {GFD + "mig-" + rng.choice(["1g.10gb", "2g.20gb", "3g.40gb"]): "1"}
+    if roll < 0.26:
+        return {GFD + "gpu": rng.choice(["1", "1", "2", "4"])}
+    if roll < 0.32:
+        return rng.choice([{"gpu-model": "L4", "gpu-fraction": "0.5"}, {"gpu-model": "A100-80GB", "gpu-count": "2"}])
+    return many_shapes(rng)
+
+
+MIXES = {"project": project_shapes, "many": many_shapes, "gfd": gfd_shapes}
 
 
 # ---------------------------------------------------------------- the cluster
@@ -148,8 +251,10 @@ def node_inventory(i: int, rng: random.Random) -> dict[str, Any]:
     }
 
 
-def make_node(i: int, inventory: dict[str, Any]) -> dict[str, Any]:
+def make_node(i: int, inventory: dict[str, Any] | None) -> dict[str, Any]:
+    """A Node; with ``inventory``, gpuslice's inventory annotation of it."""
     name = f"node-{i:05d}"
+    annotations = {PREFIX + "inventory": json.dumps(inventory, separators=(",", ":"))} if inventory is not None else {}
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -158,7 +263,7 @@ def make_node(i: int, inventory: dict[str, Any]) -> dict[str, Any]:
             "uid": f"node-uid-{i}",
             "resourceVersion": "1",
             "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": f"zone-{i % 3}"},
-            "annotations": {PREFIX + "inventory": json.dumps(inventory, separators=(",", ":"))},
+            "annotations": annotations,
         },
         "spec": {"podCIDR": f"10.{i // 256 % 256}.{i % 256}.0/24"},
         "status": {
@@ -171,6 +276,8 @@ def make_node(i: int, inventory: dict[str, Any]) -> dict[str, Any]:
 
 
 def make_pod(name: str, annotations: dict[str, str], cpu: int, memory_gib: int) -> dict[str, Any]:
+    """A pending pod; keys of ``annotations`` under ``nvidia.com/`` are its container's resources."""
+    gpus = {k: v for k, v in annotations.items() if k.startswith(GFD)}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -180,7 +287,7 @@ def make_pod(name: str, annotations: dict[str, str], cpu: int, memory_gib: int) 
             "uid": f"uid-{name}",
             "resourceVersion": "1",
             "labels": {"app": "bench"},
-            "annotations": {PREFIX + k: v for k, v in annotations.items()},
+            "annotations": {PREFIX + k: v for k, v in annotations.items() if k not in gpus},
         },
         "spec": {
             "schedulerName": "gpuslice",
@@ -188,7 +295,10 @@ def make_pod(name: str, annotations: dict[str, str], cpu: int, memory_gib: int) 
                 {
                     "name": "main",
                     "image": "registry.example/app:1",
-                    "resources": {"requests": {"cpu": str(cpu), "memory": f"{memory_gib}Gi"}},
+                    "resources": {
+                        "requests": {"cpu": str(cpu), "memory": f"{memory_gib}Gi", **gpus},
+                        **({"limits": gpus} if gpus else {}),
+                    },
                 }
             ],
         },
@@ -205,6 +315,14 @@ def core_node(name: str, inventory: dict[str, Any]) -> Node:
     return Node(name, NODE_CPU, NODE_MEMORY_MIB, tuple(devices), NODE_PODS)
 
 
+def demand_of(pod: dict[str, Any]) -> Demand | None:
+    """The pod's demand as gpuslice reads it; None for a malformed pod (never bound)."""
+    try:
+        return parse_pod(pod).demand
+    except RequestError:
+        return None
+
+
 def fill_node(state: NodeState, target: float, rng: random.Random, mix: Any, serial: list[int]) -> list[dict[str, Any]]:
     """Pods bound on ``state``'s node by gpuslice (records and bind-phase as a bind writes
     them) until ``target`` of its GPU is allocated or nothing more fits."""
@@ -213,8 +331,8 @@ def fill_node(state: NodeState, target: float, rng: random.Random, mix: Any, ser
     while 1000 * len(state.node.devices) - state.free_milli() < target * 1000 * len(state.node.devices) and misses < 8:
         name = f"fill-{serial[0]:07d}"
         pod = make_pod(name, mix(rng), rng.randint(1, 4), rng.randint(1, 16))
-        demand = parse_pod(pod).demand
-        found = fit(demand, state)
+        demand = demand_of(pod)
+        found = fit(demand, state) if demand is not None else None
         if not found:
             misses += 1
             continue
@@ -238,7 +356,8 @@ class Cluster:
 def bound_pod(state: NodeState, name: str, rng: random.Random, mix: Any) -> tuple[NodeState, dict[str, Any] | None]:
     """A pod of ``mix`` bound on ``state``'s node as a gpuslice bind leaves it, if it fits."""
     pod = make_pod(name, mix(rng), rng.randint(1, 4), rng.randint(1, 16))
-    found = fit(parse_pod(pod).demand, state)
+    demand = demand_of(pod)
+    found = fit(demand, state) if demand is not None else None
     if not found:
         return state, None
     alloc = found.allocations[0]
@@ -254,22 +373,31 @@ def write_cluster(
 ) -> Cluster:
     """Nodes; with ``fill``, pods bound on each until that share of its GPU is allocated; with
     ``running_pods``, that many bound pods spread over the nodes one at a time; then ``pods``
-    pending ones."""
+    pending ones. Mix ``gfd`` makes its own nodes (:func:`gfd_node`), the others 8-GPU nodes
+    described by gpuslice's annotation (:func:`node_inventory`)."""
     rng = random.Random(seed)
     shapes = MIXES[mix]
-    inventories = [node_inventory(i, rng) for i in range(nodes)]
-    node_list = [make_node(i, inv) for i, inv in enumerate(inventories)]
+    node_list: list[dict[str, Any]] = []
+    cores: list[Node | None] = []  # as gpuslice reads each node (None: it cannot)
+    for i in range(nodes):
+        if mix == "gfd":
+            node_list.append(gfd_node(i, rng))
+            try:
+                cores.append(parse_node(node_list[-1]))
+            except InventoryError:
+                cores.append(None)
+        else:
+            inventory = node_inventory(i, rng)
+            node_list.append(make_node(i, inventory))
+            cores.append(core_node(node_list[-1]["metadata"]["name"], inventory))
     running: list[dict[str, Any]] = []
     if fill > 0:
         serial = [0]
-        for obj, inv in zip(node_list, inventories, strict=True):
-            state = NodeState.empty(core_node(obj["metadata"]["name"], inv))
-            running.extend(fill_node(state, fill, rng, shapes, serial))
+        for core in cores:
+            if core is not None:
+                running.extend(fill_node(NodeState.empty(core), fill, rng, shapes, serial))
     if running_pods:
-        states = [
-            NodeState.empty(core_node(o["metadata"]["name"], inv))
-            for o, inv in zip(node_list, inventories, strict=True)
-        ]
+        states = [NodeState.empty(core) for core in cores if core is not None]
         placed_in_round = 1
         while len(running) < running_pods and placed_in_round:
             placed_in_round = 0
@@ -383,55 +511,107 @@ def noop_app(bind_through: Any = None) -> Any:
 
 def floor_app(cluster_file: Path) -> Any:
     """The floor: the least GPU accounting an extender can do, on the same HTTP stack. Per GPU
-    its free compute and memory (two arrays); filter: one array test of the listed nodes (the
-    pod's model, its GPU count, its compute and memory per GPU) and one reason for every node
-    that fails; prioritize: free compute left (best fit), only the ten best hosts returned
-    (kube-scheduler scores a host left out as 0); bind: the GPUs with least compute free. No MIG
-    slots, sharing modes, CPU, holds, fragmentation or reasons of their own: its decisions are
-    not gpuslice's, only its cost is close to the least one: what an extender that does GPU
-    accounting in Python on this stack can hope for at best (``--floor``)."""
-    import re
+    its free compute and memory (two arrays), per node one code of its model and mode; filter:
+    one array test of the listed nodes (the pod's model or MIG profile, its GPU count, its
+    compute and memory per GPU) and one reason for every node that fails; prioritize: free
+    compute left (best fit), only the ten best hosts returned (kube-scheduler scores a host left
+    out as 0); bind: the GPUs with least compute free. No MIG slots, sharing modes, CPU, holds,
+    fragmentation or reasons of their own: its decisions are not gpuslice's, only its cost is
+    close to the least one: what an extender that does GPU accounting in Python on this stack
+    can hope for at best (``--floor``).
 
+    It reads what gpuslice reads, with gpuslice's own readers, so that it serves every mix the
+    driver makes: nodes by their inventory annotation, GFD labels or ``nvidia.com/*``
+    allocatable (:func:`parse_node`, once, at start; a node gpuslice cannot read has no GPU
+    here), pods by :func:`parse_pod`, once per pod (uid and resourceVersion, as gpuslice
+    caches them). A malformed pod is answered as gpuslice answers it: filter with an ``Error``
+    and no node, prioritize with every node at 0."""
     from starlette.requests import Request
     from starlette.responses import Response
 
     items = orjson.loads(cluster_file.read_bytes())["items"]
-    nodes = [o for o in items if o["kind"] == "Node"]
-    index = {n["metadata"]["name"]: i for i, n in enumerate(nodes)}
-    models = [json.loads(n["metadata"]["annotations"][PREFIX + "inventory"])["devices"][0]["model"] for n in nodes]
-    codes = {m: k for k, m in enumerate(sorted(set(models)))}
-    model = np.array([codes[m] for m in models], dtype=np.int64)
-    total = np.array([CATALOG[m].memory_mib for m in models], dtype=np.int64)
-    compute = np.full((len(nodes), 8), MILLI, dtype=np.int64)
-    memory = np.repeat(total[:, None], 8, axis=1)
-    quantity = re.compile(r"(\d+)(Gi)?")
+    nodes = [o for o in items if o.get("kind") == "Node"]
+    cores: list[Node | None] = []
+    for obj in nodes:
+        try:
+            cores.append(parse_node(obj))
+        except InventoryError:
+            cores.append(None)
+    width = max([len(c.devices) for c in cores if c is not None] + [1])
+    # one row per node, and one more for a name the cluster does not have (no GPU, fails all)
+    rows = len(nodes) + 1
+    index = _Index({n["metadata"]["name"]: i for i, n in enumerate(nodes)}, missing=len(nodes))
+    kinds: dict[tuple[str, SharingMode], int] = {}
+    kind = np.full(rows, -1, dtype=np.int64)  # -1: no GPU (takes only pods without one)
+    total = np.ones(rows, dtype=np.int64)  # memory of one of the node's GPUs (MiB)
+    compute = np.zeros((rows, width), dtype=np.int64)
+    memory = np.full((rows, width), -1, dtype=np.int64)  # -1: no such GPU (fails every request)
+    capacity = np.ones(rows, dtype=np.int64)
+    models: dict[int, GpuModel] = {}
+    for i, core in enumerate(cores):
+        if core is None or not core.devices:
+            continue
+        first = core.devices[0]
+        code = kinds.setdefault((first.model.name, first.mode), len(kinds))
+        models[code] = first.model
+        kind[i], total[i] = code, first.model.memory_mib
+        count = len(core.devices)
+        compute[i, :count], memory[i, :count], capacity[i] = MILLI, total[i], count * MILLI
 
-    def request(pod: dict[str, Any]) -> tuple[int, int, int, int]:
-        """(GPUs, milli-compute per GPU, memory per GPU: MiB, or -milli of the GPU's, model code or -1)."""
-        a = {k.removeprefix(PREFIX): v for k, v in (pod["metadata"].get("annotations") or {}).items()}
-        code = codes.get(a["gpu-model"], -2) if "gpu-model" in a else -1
-        if "gpu-count" in a:
-            return int(a["gpu-count"]), MILLI, -MILLI, code
-        if "gpu-fraction" in a:
-            milli = round(float(a["gpu-fraction"]) * MILLI)
-            return 1, milli, -milli, code
-        if "gpu-memory" in a:
-            found = quantity.fullmatch(a["gpu-memory"])
-            mib = int(found.group(1)) * (1024 if found.group(2) else 1) if found else 1 << 40
-            return 1, int(a.get("gpu-compute", "0")) * 10, mib, code
-        if "mig-profile" in a:
-            slices, gb = a["mig-profile"].split("g.")
-            return 1, int(slices) * MILLI // 7, int(gb.removesuffix("gb")) * 1024, code
-        return 0, 0, 0, code
+    def allowed(gpu: GpuRequest) -> np.ndarray:
+        """Per kind code (and -1, last), whether the request may go there."""
+        out = np.zeros(len(kinds) + 1, dtype=bool)
+        if gpu.kind is GpuKind.NONE:
+            out[:] = True
+            return out
+        for (name, mode), code in kinds.items():
+            layout = models[code].mig
+            if gpu.kind is GpuKind.MIG:
+                profile = gpu.profile
+                offered = layout is not None and profile is not None and layout.match(profile) is not None
+                ok = mode is SharingMode.MIG and offered
+            else:
+                ok = mode is not SharingMode.MIG and gpu.allows_mode(mode)
+            out[code] = ok and gpu.allows_model(name)
+        return out
 
-    def fits(at: np.ndarray, req: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray]:
-        count, milli, mib, code = req
+    Req = tuple[int, int, int, np.ndarray]  # (GPUs, milli per GPU, MiB per GPU or -milli of it, kinds allowed)
+    parsed: dict[tuple[str, str], Req | str] = {}
+
+    def request(pod: Any) -> Req | str:
+        """The pod's request, or why it is malformed (gpuslice's reader; once per pod version)."""
+        meta = pod.get("metadata") if isinstance(pod, dict) else None
+        key = (str(meta.get("uid")), str(meta.get("resourceVersion"))) if isinstance(meta, dict) else ("", "")
+        hit = parsed.get(key)
+        if hit is not None:
+            return hit
+        try:
+            gpu = parse_pod(pod).demand.gpu
+        except RequestError as exc:
+            got: Req | str = f"gpuslice cannot schedule this pod: {exc}"
+        else:
+            if gpu.kind is GpuKind.MIG:
+                assert gpu.profile is not None
+                got = (1, gpu.profile.compute_slices * MILLI // 7, gpu.profile.memory_gb * 1024, allowed(gpu))
+            elif gpu.kind is GpuKind.WHOLE:
+                got = (gpu.count, MILLI, -MILLI, allowed(gpu))
+            elif gpu.kind is GpuKind.SHARE and gpu.fraction_milli:
+                got = (gpu.count, gpu.fraction_milli, -gpu.fraction_milli, allowed(gpu))
+            elif gpu.kind is GpuKind.SHARE:
+                got = (gpu.count, gpu.compute_milli, gpu.memory_mib, allowed(gpu))
+            else:
+                got = (0, 0, 0, allowed(gpu))
+        if key[0] != "None":
+            parsed[key] = got
+        return got
+
+    def fits(at: np.ndarray, req: Req) -> tuple[np.ndarray, np.ndarray]:
+        count, milli, mib, kinds_ok = req
         need = (total[at] * -mib // MILLI)[:, None] if mib < 0 else mib
         gpus = (compute[at] >= milli) & (memory[at] >= need)
-        ok = gpus.sum(axis=1) >= count
-        return (ok & (model[at] == code) if code != -1 else ok), gpus
+        return (gpus.sum(axis=1) >= count) & kinds_ok[kind[at]], gpus
 
-    def take(i: int, req: tuple[int, int, int, int]) -> bool:
+    def take(i: int, req: Req) -> bool:
         ok, gpus = fits(np.array([i]), req)
         if not ok[0]:
             return False
@@ -442,18 +622,24 @@ def floor_app(cluster_file: Path) -> Any:
         return True
 
     for pod in items:  # the pods the cluster file has bound (--fill)
-        if pod["kind"] == "Pod" and pod["spec"].get("nodeName"):
-            take(index[pod["spec"]["nodeName"]], request(pod))
-    pending: dict[str, tuple[int, int, int, int]] = {}
+        if pod.get("kind") == "Pod" and pod["spec"].get("nodeName"):
+            req = request(pod)
+            if not isinstance(req, str):
+                take(index[pod["spec"]["nodeName"]], req)
+    pending: dict[str, Req] = {}
 
     def listed(args: dict[str, Any]) -> tuple[list[str], np.ndarray]:
-        names = args["NodeNames"]
+        names = args.get("NodeNames") or []
         return names, np.fromiter(map(index.__getitem__, names), np.int64, len(names))
 
     async def filter_(request_: Request) -> Response:
         args = orjson.loads(await request_.body())
+        req = request(args.get("Pod"))
+        if isinstance(req, str):
+            nothing = dict.fromkeys(("Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes"))
+            return Response(orjson.dumps({**nothing, "Error": req}), media_type="application/json")
         names, at = listed(args)
-        req = pending[args["Pod"]["metadata"]["name"]] = request(args["Pod"])
+        pending[args["Pod"]["metadata"]["name"]] = req
         ok = fits(at, req)[0].tolist()
         body = {
             "Nodes": None,
@@ -467,19 +653,33 @@ def floor_app(cluster_file: Path) -> Any:
     async def prioritize(request_: Request) -> Response:
         args = orjson.loads(await request_.body())
         names, at = listed(args)
-        ok = fits(at, request(args["Pod"]))[0]
-        score = np.where(ok, 100 - compute[at].sum(axis=1) * 100 // (8 * MILLI), 0)
+        req = request(args.get("Pod"))
+        if isinstance(req, str):
+            return Response(orjson.dumps([{"Host": n, "Score": 0} for n in names]), media_type="application/json")
+        ok = fits(at, req)[0]
+        score = np.where(ok, 100 - compute[at].sum(axis=1) * 100 // capacity[at], 0)
         best = np.argsort(-score, kind="stable")[:10].tolist()
         answer = [{"Host": names[i], "Score": int(score[i])} for i in best]
         return Response(orjson.dumps(answer), media_type="application/json")
 
     async def bind(request_: Request) -> Response:
         args = orjson.loads(await request_.body())
-        req = pending.pop(args["PodName"], None)
-        done = req is None or take(index[args["Node"]], req)
+        req = pending.pop(args.get("PodName"), None)
+        done = req is None or take(index[args.get("Node")], req)
         return Response(b'{"Error":""}' if done else b'{"Error":"no GPU free"}', media_type="application/json")
 
     return extender_app(filter_, prioritize, bind)
+
+
+class _Index(dict[str, int]):
+    """Node name -> row; a name the cluster does not have -> ``missing`` (a row with no GPU)."""
+
+    def __init__(self, rows: dict[str, int], missing: int) -> None:
+        super().__init__(rows)
+        self.missing = missing
+
+    def __missing__(self, key: str) -> int:
+        return self.missing
 
 
 # ---------------------------------------------------------------- reading answers cheaply
@@ -624,6 +824,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def schedstat(pid: int | None) -> tuple[float, float]:
+    """(ms on a CPU, ms runnable but waiting for one) of process ``pid``'s main thread so far
+    (Linux /proc schedstat, nanoseconds): the wait is what the rest of the machine took from it."""
+    if pid is None:
+        return float("nan"), float("nan")
+    try:
+        run, wait = Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[:2]
+    except (OSError, ValueError):
+        return float("nan"), float("nan")
+    return int(run) / 1e6, int(wait) / 1e6
+
+
 def resident_mib(pid: int) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -650,6 +862,14 @@ class Result:
     cold_ms: list[float] = field(default_factory=list)  # filter + prioritize of shapes never seen, every node
     hopeless_ms: list[float] = field(default_factory=list)  # the same for pods that fit nowhere
     hopeless_passed: int = 0  # of those, how many some node passed (0 unless the extender errs)
+    spans: list[tuple[float, float]] = field(default_factory=list)  # each measured attempt: perf_counter at start, end
+    run_ms: list[float] = field(default_factory=list)  # with --probe, each: the server's main thread on a CPU meanwhile
+    cold_spans: list[tuple[float, float]] = field(default_factory=list)  # the first calls' (cold, then hopeless)
+    cold_labels: list[str] = field(default_factory=list)  # each first call: what it asked
+    cold_run_ms: list[float] = field(default_factory=list)  # each first call: the server's main thread on a CPU
+    cold_wait_ms: list[float] = field(default_factory=list)  # ... and runnable, waiting for a CPU
+    cold_driver_wait_ms: list[float] = field(default_factory=list)  # ... and this driver, waiting for a CPU
+    server_wait_ms: float = float("nan")  # per measured attempt: the server's main thread waiting for a CPU
 
     @property
     def bound_per_s(self) -> float:
@@ -720,8 +940,13 @@ class KubeScheduler:
 
     @staticmethod
     def _requests(pod: dict[str, Any]) -> tuple[int, int]:
-        demand = parse_pod(pod).demand
-        return demand.cpu_milli, demand.memory_mib
+        """CPU (milli) and memory (MiB) the pod asks; a pod gpuslice finds malformed asks what its
+        container's requests say (kube-scheduler reads those alone)."""
+        demand = demand_of(pod)
+        if demand is not None:
+            return demand.cpu_milli, demand.memory_mib
+        asked = pod["spec"]["containers"][0]["resources"]["requests"]
+        return cpu_milli(asked["cpu"]), bytes_to_mib(asked["memory"])
 
     def _take(self, i: int, requests: tuple[int, int], sign: int) -> None:
         self.cpu[i] -= sign * requests[0]
@@ -751,7 +976,7 @@ class KubeScheduler:
             return b'{"Pod":' + pod + b',"Nodes":null,"NodeNames":' + listed + b"}"
         return b'{"Pod":' + pod + b',"Nodes":' + listed + b',"NodeNames":null}'
 
-    def first_calls(self, result: Result, count: int = 40, seed: int = 7) -> None:
+    def first_calls(self, result: Result, count: int = 40, seed: int = 7, server: int | None = None) -> None:
         """Filter with every node, then prioritize on the survivors, for ``count`` pods of request
         shapes never seen (memory sizes off the mix's 256 MiB grid, compute shares of 1 percent
         steps) and ``count // 2`` pods that fit nowhere (more GPUs than a node has, more memory than a GPU, a model
@@ -777,6 +1002,8 @@ class KubeScheduler:
         for into, kind, shapes in ((result.cold_ms, "cold", cold), (result.hopeless_ms, "hopeless", hopeless)):
             for k, wanted in enumerate(shapes):
                 pod = orjson.dumps(make_pod(f"first-{kind}-{k}", wanted, 1, 8))
+                run0, wait0 = schedstat(server)
+                mine0 = schedstat(os.getpid())[1]
                 t0 = time.perf_counter()
                 data = conn.post(b"/filter", self.body(pod, listed))
                 if self.mode == "names":
@@ -790,7 +1017,14 @@ class KubeScheduler:
                 if not empty:
                     conn.post(b"/prioritize", self.body(pod, survivors))
                     result.hopeless_passed += kind == "hopeless"
-                into.append((time.perf_counter() - t0) * 1000)
+                t1 = time.perf_counter()
+                run1, wait1 = schedstat(server)
+                result.cold_driver_wait_ms.append(schedstat(os.getpid())[1] - mine0)
+                into.append((t1 - t0) * 1000)
+                result.cold_spans.append((t0, t1))
+                result.cold_labels.append(kind + " " + ",".join(f"{k}={v}" for k, v in wanted.items()))
+                result.cold_run_ms.append(run1 - run0)
+                result.cold_wait_ms.append(wait1 - wait0)
         conn.close()
 
     def run(
@@ -800,6 +1034,8 @@ class KubeScheduler:
         server: int | None = None,
         every: tuple[int, Any] | None = None,
         max_cycles: int = 0,
+        measuring_starts: Any = None,
+        per_call_cpu: bool = False,
     ) -> Result:
         """Schedule ``pods`` (in order; failed ones again) until every pod is bound or has been
         retried, or ``max_cycles`` scheduling cycles have run (0: no limit), measuring after
@@ -838,7 +1074,7 @@ class KubeScheduler:
         gc.set_threshold(*GC_THRESHOLDS)
         cycles = 0
         measuring = False
-        started = server0 = driver0 = idle = 0.0
+        started = server0 = driver0 = idle = wait0 = 0.0
         with ThreadPoolExecutor(self.binders) as pool:
             while active or backoff or inflight or unschedulable:
                 for done in [f for f in inflight if f.done()]:
@@ -885,6 +1121,9 @@ class KubeScheduler:
                     measuring = True
                     started = time.perf_counter()
                     server0 = cpu_seconds(server) if server else float("nan")
+                    wait0 = schedstat(server)[1]
+                    if measuring_starts is not None:
+                        measuring_starts()
                     driver0 = time.process_time()
                 pod = active.popleft()
                 cycles += 1
@@ -892,6 +1131,7 @@ class KubeScheduler:
                     every[1](cycles)
                 chosen = self.feasible(requests[pod])
                 listed = self.listed(chosen)
+                cpu0 = schedstat(server)[0] if per_call_cpu and measuring else 0.0
                 t0 = time.perf_counter()
                 data = conn.post(b"/filter", self.body(encoded[pod], listed))
                 t1 = time.perf_counter()
@@ -911,6 +1151,9 @@ class KubeScheduler:
                 if empty:
                     if measuring:
                         result.prioritize_ms.append(0.0)
+                        result.spans.append((t0, t1))
+                        if per_call_cpu:
+                            result.run_ms.append(schedstat(server)[0] - cpu0)
                         result.unschedulable += 1
                     tries[pod] += 1
                     last_try[pod] = time.monotonic()
@@ -922,6 +1165,9 @@ class KubeScheduler:
                 t3 = time.perf_counter()
                 if measuring:
                     result.prioritize_ms.append((t3 - t2) * 1000)
+                    result.spans.append((t0, t3))
+                    if per_call_cpu:
+                        result.run_ms.append(schedstat(server)[0] - cpu0)
                 hosts = top_hosts(data)
                 if not hosts:
                     raise RuntimeError(f"prioritize answered no host: {data[:300]!r}")
@@ -935,6 +1181,7 @@ class KubeScheduler:
             if server:
                 result.server_cpu_ms = (cpu_seconds(server) - server0) * 1000 / result.attempts
                 result.server_rss_mib = resident_mib(server)
+                result.server_wait_ms = (schedstat(server)[1] - wait0) / result.attempts
             result.driver_cpu_ms = (time.process_time() - driver0) * 1000 / result.attempts
         for c in [conn, *opened]:
             c.close()
@@ -986,12 +1233,21 @@ def serve_command(cluster: Path, port: int, policy: str) -> list[str]:
 def measure(
     command: list[str], cluster: Cluster, sampling: str, mode: str, warmup: int, log: Path, cpus: set[int] | None
 ) -> tuple[Result, int]:
+    profiled = "--profile" in command and "serve_probe.py" in " ".join(command)
     port = free_port()
     command = [*command[:-1], str(port)] if command[-2] == "--noop-port" else _with_port(command, port)
     with running(command, port, log, cpus) as (client, pid):
         scheduler = KubeScheduler(port, cluster.nodes, cluster.running, percentage=SAMPLING[sampling], mode=mode)
-        got = scheduler.run(cluster.pending, warmup, pid)
-        scheduler.first_calls(got)
+        # serve_probe.py --profile: a profile of the measured attempts, another of the first calls
+        toggle = (lambda: os.kill(pid, signal.SIGUSR1)) if profiled else None
+        probing = "serve_probe.py" in " ".join(command)
+        got = scheduler.run(cluster.pending, warmup, pid, measuring_starts=toggle, per_call_cpu=probing)
+        if toggle:
+            toggle()
+            time.sleep(0.5)
+        scheduler.first_calls(got, server=pid)
+        if toggle:
+            toggle()
         bad = over_allocated(client) if "--noop-port" not in command else 0
     return got, bad
 
@@ -1004,6 +1260,7 @@ def _with_port(command: list[str], port: int) -> list[str]:
 
 COLUMNS = (
     "nodes",
+    "fill",
     "sampling",
     "extender",
     "filter p50",
@@ -1019,18 +1276,36 @@ COLUMNS = (
     "srv RSS MiB",
     "x p99",
     "x bound/s",
+    "x cpu",
+    "x floor cpu",
     "over-alloc",
     "cold p50",
     "cold max",
     "hopeless max",
     "load 1m",
 )
+KEY = 4  # the columns that name a run: nodes, fill, sampling, extender
 
 
-def row(n: int, sampling: str, name: str, got: Result, base: Result | None, bad: int) -> tuple[str, ...]:
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b and b == b and a == a else "-"
+
+
+def row(
+    n: int,
+    fill: float,
+    sampling: str,
+    name: str,
+    got: Result,
+    base: Result | None,
+    bad: int,
+    floor: Result | None = None,
+) -> tuple[str, ...]:
+    """One run's figures; ``base``: the do-nothing extender's of the same round, ``floor`` the floor's."""
     both = both_p99(got)
     return (
         str(n),
+        f"{fill:.2f}",
         sampling,
         name,
         f"{pct(got.filter_ms, 50):.2f}",
@@ -1044,8 +1319,10 @@ def row(n: int, sampling: str, name: str, got: Result, base: Result | None, bad:
         f"{got.server_cpu_ms:.2f}",
         f"{got.driver_cpu_ms:.2f}",
         f"{got.server_rss_mib:.0f}",
-        f"{both / both_p99(base):.2f}" if base else "-",
-        f"{got.bound_per_s / base.bound_per_s:.2f}" if base and base.bound_per_s else "-",
+        ratio(both, both_p99(base)) if base else "-",
+        ratio(got.bound_per_s, base.bound_per_s) if base else "-",
+        ratio(got.server_cpu_ms, base.server_cpu_ms) if base else "-",
+        ratio(got.server_cpu_ms, floor.server_cpu_ms) if floor else "-",
         str(bad),
         f"{pct(got.cold_ms, 50):.2f}",
         f"{max(got.cold_ms, default=float('nan')):.2f}",
@@ -1055,14 +1332,14 @@ def row(n: int, sampling: str, name: str, got: Result, base: Result | None, bad:
 
 
 def summary(rows: list[tuple[str, ...]]) -> list[str]:
-    """Median (range) of the repeated runs, per (nodes, sampling, extender)."""
-    groups: dict[tuple[str, str, str], list[tuple[str, ...]]] = {}
+    """Median (range) of the repeated runs, per (nodes, fill, sampling, extender)."""
+    groups: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
     for r in rows:
-        groups.setdefault(r[:3], []).append(r)
+        groups.setdefault(r[:KEY], []).append(r)
     out = []
     for key, runs in groups.items():
         cells = list(key)
-        for c in range(3, len(COLUMNS)):
+        for c in range(KEY, len(COLUMNS)):
             try:
                 values = [float(r[c]) for r in runs]
             except ValueError:
@@ -1073,30 +1350,170 @@ def summary(rows: list[tuple[str, ...]]) -> list[str]:
     return out
 
 
+def gc_pauses(path: Path) -> list[tuple[float, float, int, int]]:
+    """The collections ``serve_probe.py --gc-log`` timed: (start, seconds, generation, collected)."""
+    if not path.exists():
+        return []
+    rows = (json.loads(line) for line in path.read_text().splitlines() if line)
+    return [(float(s), float(d), int(g), int(n)) for s, d, g, n in rows]
+
+
+def inside(span: tuple[float, float], pauses: Sequence[tuple[float, float, int, int]]) -> float:
+    """Seconds of ``pauses`` that fall within ``span``."""
+    t0, t1 = span
+    return sum(max(0.0, min(t1, s + d) - max(t0, s)) for s, d, _, _ in pauses)
+
+
+def gc_report(got: Result, pauses: Sequence[tuple[float, float, int, int]] | None) -> str:
+    """What the collector took of the measured calls and of the first calls (``pauses`` None: not
+    logged, for the do-nothing extender and the floor), and what the rest of the machine took."""
+    if not got.spans:
+        return "  gc: no measured calls"
+    logged = pauses is not None
+    pauses = pauses or []
+    window = (got.spans[0][0], got.spans[-1][1])
+    during = [p for p in pauses if window[0] <= p[0] <= window[1]]
+    per_call = [inside(s, during) * 1000 for s in got.spans]
+    totals = [(t1 - t0) * 1000 for t0, t1 in got.spans]
+    slow = pct(totals, 99)
+    over = [k for k, t in enumerate(totals) if t >= slow]
+    net = [t - g for t, g in zip(totals, per_call, strict=True)]
+    first = [inside(s, pauses) * 1000 for s in got.cold_spans]
+    worst = max(range(len(got.cold_spans)), key=lambda k: got.cold_spans[k][1] - got.cold_spans[k][0], default=None)
+    gens = [sum(1 for p in during if p[2] == g) for g in range(3)]
+    slowest = max(range(len(first)), key=lambda k: got.cold_run_ms[k] + got.cold_wait_ms[k], default=None)
+    where = (
+        (
+            f"; the server's main thread on a CPU per attempt: p50 {pct(got.run_ms, 50):.2f} / p99 "
+            f"{pct(got.run_ms, 99):.2f} / max {max(got.run_ms):.2f} ms"
+            if got.run_ms
+            else ""
+        )
+        + f"; the server's main thread waited for a CPU {got.server_wait_ms:.2f} ms an attempt; first calls: "
+        f"on a CPU p50 {pct(got.cold_run_ms, 50):.1f} / max {max(got.cold_run_ms, default=float('nan')):.1f} ms, "
+        f"waiting for one p50 {pct(got.cold_wait_ms, 50):.1f} / max {max(got.cold_wait_ms, default=float('nan')):.1f}"
+        + (
+            f" (the slowest: {got.cold_run_ms[slowest]:.1f} on a CPU + {got.cold_wait_ms[slowest]:.1f} waiting)"
+            if slowest is not None
+            else ""
+        )
+    )
+    walls = [(t1 - t0) * 1000 for t0, t1 in got.cold_spans]
+    top = sorted(range(len(walls)), key=walls.__getitem__, reverse=True)[:3]
+    if got.cold_labels and got.cold_run_ms:
+        where += "; the slowest first calls: " + "; ".join(
+            f"{got.cold_labels[k]}: {walls[k]:.1f} ms = {got.cold_run_ms[k]:.1f} on a CPU + "
+            f"{got.cold_wait_ms[k]:.1f} waiting (collection {first[k]:.1f})"
+            + (f", the driver waiting {got.cold_driver_wait_ms[k]:.1f}" if k < len(got.cold_driver_wait_ms) else "")
+            for k in top
+        )
+    if not logged:
+        return "  " + where.removeprefix("; ").replace(" (collection 0.0)", "")
+    return (
+        f"  gc during the run: {len(during)} collections (gen 0/1/2: {gens[0]}/{gens[1]}/{gens[2]}), "
+        f"{sum(p[1] for p in during) * 1000:.1f} ms in all, "
+        f"longest {max((p[1] for p in during), default=0) * 1000:.1f} ms; "
+        f"calls at or over the f+p p99 ({slow:.1f} ms): {len(over)}, {sum(1 for k in over if per_call[k] > 0)} of them "
+        f"with a collection inside; f+p p99 without the collections' time: {pct(net, 99):.1f} ms; "
+        f"first calls: {sum(1 for g in first if g > 0)} of {len(first)} with a collection inside "
+        f"({sum(first):.1f} ms in all), the slowest "
+        + (
+            f"{(got.cold_spans[worst][1] - got.cold_spans[worst][0]) * 1000:.1f} ms of which collection "
+            f"{first[worst]:.1f} ms"
+            if worst is not None
+            else "-"
+        )
+        + where
+    )
+
+
+def learn_events(path: Path) -> list[tuple[float, float, int]]:
+    """The re-estimates ``serve_probe.py`` timed: (start, seconds, pods seen)."""
+    if not path.exists():
+        return []
+    return [(float(a), float(b), int(c)) for a, b, c in (json.loads(x) for x in path.read_text().splitlines() if x)]
+
+
+def learn_report(got: Result, events: Sequence[tuple[float, float, int]], after: int = 20) -> str | None:
+    """The workload's re-estimates inside the measured run (``serve_probe.py``'s ``.learn.jsonl``)
+    and what the ``after`` attempts that follow each cost against the run's median."""
+    if not got.spans:
+        return None
+    window = (got.spans[0][0], got.spans[-1][1])
+    inside_run = [e for e in events if window[0] <= e[0] <= window[1]]
+    if not inside_run:
+        return f"  workload re-estimates inside the run: none ({len(events)} in all, at pods {[e[2] for e in events]})"
+    totals = [(t1 - t0) * 1000 for t0, t1 in got.spans]
+    starts = [t0 for t0, _ in got.spans]
+    parts = []
+    for began, took, seen in inside_run:
+        k = next((i for i, t in enumerate(starts) if t >= began), len(starts))
+        k = max(0, k - 1)  # the attempt whose call made it
+        following = totals[k : k + after]
+        on_cpu = got.run_ms[k : k + after]
+        parts.append(
+            f"at pod {seen}: {took * 1000:.1f} ms, then f+p median {pct(following, 50):.1f} / max "
+            f"{max(following, default=float('nan')):.1f} ms over {len(following)} attempts"
+            + (f", on a CPU median {pct(on_cpu, 50):.1f} / max {max(on_cpu):.1f} ms" if on_cpu else "")
+        )
+    head = f"run median f+p {pct(totals, 50):.1f} ms" + (
+        f", on a CPU {pct(got.run_ms, 50):.1f} ms" if got.run_ms else ""
+    )
+    return f"  workload re-estimates inside the run ({head}): " + "; ".join(parts)
+
+
+def probed(command: list[str], probe: Path | None, name: str, profile: bool) -> tuple[list[str], Path | None]:
+    """``command`` (gpuslice serve) run by serve_probe.py: collections logged, under cProfile if ``profile``."""
+    if probe is None:
+        return command, None
+    probe.mkdir(parents=True, exist_ok=True)
+    gc_log = probe / f"{name}.gc.jsonl"
+    wrapper = [sys.executable, str(Path(__file__).with_name("serve_probe.py")), "--gc-log", str(gc_log)]
+    if profile:
+        wrapper += ["--profile", str(probe / f"{name}.prof")]
+    return [*wrapper, "--", *command[command.index("serve") :]], gc_log
+
+
 def run(args: argparse.Namespace) -> None:
     cpus = pin(args.server_cpus)
     work = Path(tempfile.mkdtemp(prefix="gpuslice-bench-"))
     print(" | ".join(COLUMNS), flush=True)
     rows: list[tuple[str, ...]] = []
     for n in args.nodes:
-        path = work / f"cluster-{n}.json"
-        cluster = write_cluster(path, n, args.pods + args.warmup, args.seed, args.mix, args.fill)
-        for _ in range(args.repeat):
-            for sampling in args.sampling:
-                noop = [sys.executable, __file__, "--noop-port", "0"]
-                base, _ = measure(noop, cluster, sampling, args.mode, args.warmup, work / "noop.log", cpus)
-                rows.append(row(n, sampling, "(noop)", base, None, 0))
-                print(" | ".join(rows[-1]), flush=True)
-                if args.floor:
-                    floor = [sys.executable, __file__, "--floor-cluster", str(path), "--noop-port", "0"]
-                    got, _ = measure(floor, cluster, sampling, args.mode, args.warmup, work / "floor.log", cpus)
-                    rows.append(row(n, sampling, "(floor)", got, base, 0))
+        for fill in args.fill:
+            path = work / f"cluster-{n}-{fill:.2f}.json"
+            cluster = write_cluster(path, n, args.pods + args.warmup, args.seed, args.mix, fill)
+            for k in range(args.repeat):
+                for sampling in args.sampling:
+                    noop = [sys.executable, __file__, "--noop-port", "0"]
+                    base, _ = measure(noop, cluster, sampling, args.mode, args.warmup, work / "noop.log", cpus)
+                    rows.append(row(n, fill, sampling, "(noop)", base, None, 0))
                     print(" | ".join(rows[-1]), flush=True)
-                for policy in args.policy:
-                    command = serve_command(path, 0, policy)
-                    got, bad = measure(command, cluster, sampling, args.mode, args.warmup, work / f"{policy}.log", cpus)
-                    rows.append(row(n, sampling, policy, got, base, bad))
-                    print(" | ".join(rows[-1]), flush=True)
+                    if args.probe:
+                        print(gc_report(base, None), flush=True)
+                    floor = None
+                    if args.floor:
+                        command = [sys.executable, __file__, "--floor-cluster", str(path), "--noop-port", "0"]
+                        floor, _ = measure(command, cluster, sampling, args.mode, args.warmup, work / "floor.log", cpus)
+                        rows.append(row(n, fill, sampling, "(floor)", floor, base, 0))
+                        print(" | ".join(rows[-1]), flush=True)
+                        if args.probe:
+                            print(gc_report(floor, None), flush=True)
+                    for policy in args.policy:
+                        name = f"{policy}-{n}-{fill:.2f}-{sampling}-{k}"
+                        command, gc_log = probed(serve_command(path, 0, policy), args.probe, name, args.profile)
+                        log = work / f"{policy}.log"
+                        got, bad = measure(command, cluster, sampling, args.mode, args.warmup, log, cpus)
+                        rows.append(row(n, fill, sampling, policy, got, base, bad, floor))
+                        print(" | ".join(rows[-1]), flush=True)
+                        if gc_log is not None:
+                            print(gc_report(got, gc_pauses(gc_log)), flush=True)
+                            events = learn_events(gc_log.with_suffix(".learn.jsonl"))
+                            line = learn_report(got, events)
+                            if line and events:
+                                print(line, flush=True)
+            if not args.keep:
+                path.unlink(missing_ok=True)
     if args.repeat > 1:
         print("\nmedian (range) over the runs:")
         print(" | ".join(COLUMNS))
@@ -1104,26 +1521,31 @@ def run(args: argparse.Namespace) -> None:
             print(line)
     print(
         f"\n(times in ms, client side over HTTP; {args.pods} measured scheduling attempts after {args.warmup}; "
-        f"mix {args.mix}, cluster filled to {args.fill:.0%} before the run; sampling default = "
+        f"mix {args.mix}; fill: the share of GPU allocated before the run; sampling default = "
         "percentageOfNodesToScore unset (adaptive), all = every node; bound/s: pods bound per second; "
         "tries/s: scheduling attempts per second (pods that fit nowhere included); cpu/try: CPU ms per attempt "
-        "of the server and of this driver; x: the ratio against the do-nothing extender of the same run; "
+        "of the server and of this driver; x: the ratio against the do-nothing extender of the same run "
+        "(p99 of filter + prioritize, bound/s, server CPU), x floor cpu: server CPU against the floor's; "
         "cold p50, cold / hopeless max: the median and slowest filter + prioritize, every node listed, of 40 "
         "pods of shapes never seen and of 20 pods that fit nowhere, after the run; "
-        f"logs in {work})"
+        f"logs in {work}" + (f"; probes in {args.probe}" if args.probe else "") + ")"
     )
-    if not args.keep:
-        path.unlink(missing_ok=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
-    parser.add_argument("--policy", nargs="+", default=["binpack", "fgd"])
+    parser.add_argument("--policy", nargs="+", default=["binpack", "fgd-reserve"])
     parser.add_argument("--sampling", nargs="+", choices=sorted(SAMPLING), default=["default", "all"])
     parser.add_argument("--mode", choices=["names", "nodes"], default="names")
     parser.add_argument("--mix", choices=sorted(MIXES), default="many")
-    parser.add_argument("--fill", type=float, default=0.0, help="GPU share allocated before the run (0..1)")
+    parser.add_argument(
+        "--fill",
+        type=float,
+        nargs="+",
+        default=[0.0],
+        help="GPU share allocated before the run (0..1; several: a cluster of each, e.g. 0 0.85: empty and busy)",
+    )
     parser.add_argument("--pods", type=int, default=600, help="measured scheduling attempts' pods")
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=1, help="runs of each (alternating), then medians")
@@ -1142,6 +1564,13 @@ def main() -> None:
         help="also measure the floor: the least GPU accounting an extender can do on the same HTTP stack "
         "(its ratios to the do-nothing extender are the best any such extender can reach here)",
     )
+    parser.add_argument(
+        "--probe",
+        type=Path,
+        help="run gpuslice under benchmarks/serve_probe.py: time every collection of the cyclic GC and lay the "
+        "pauses beside the calls (a line after each row); files in this folder",
+    )
+    parser.add_argument("--profile", action="store_true", help="with --probe: cProfile gpuslice too (DIR/*.prof)")
     parser.add_argument("--noop-port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--floor-cluster", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -1153,8 +1582,11 @@ def main() -> None:
         return
     if args.floor and args.mode != "names":
         raise SystemExit(f"--floor with --mode {args.mode}: accepted: --mode names (the floor reads NodeNames)")
-    if not 0 <= args.fill < 1:
-        raise SystemExit(f"--fill {args.fill}: accepted: a share from 0 to below 1")
+    for fill in args.fill:
+        if not 0 <= fill < 1:
+            raise SystemExit(f"--fill {fill}: accepted: a share from 0 to below 1")
+    if args.profile and not args.probe:
+        raise SystemExit("--profile without --probe: accepted: --probe DIR --profile (the profiles go to DIR)")
     os.environ.setdefault("PYTHONHASHSEED", "0")
     run(args)
 

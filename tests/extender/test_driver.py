@@ -6,12 +6,14 @@ pod that fits nowhere is retried at kube-scheduler's pace."""
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, ClassVar
+from unittest.mock import ANY
 
 import numpy as np
 import orjson
@@ -23,6 +25,8 @@ from scheduler.extender import wire
 from tests.fakes.driver import driver
 
 # node names are DNS subdomains: no quote, no bracket
+PREFIX = "gpuslice.io/inventory"
+
 node_names = st.lists(st.from_regex(r"[a-z0-9]([a-z0-9.-]{0,12}[a-z0-9])?", fullmatch=True), max_size=12, unique=True)
 # reasons are free text, including what the driver looks for
 reasons = st.text(max_size=20) | st.sampled_from(['"NodeNames":[', "]", '"Score":10}', '"Host":"x"', "\\"])
@@ -186,8 +190,11 @@ def test_the_floor_counts_what_it_binds_and_refuses_what_fits_nowhere(tmp_path: 
     from starlette.testclient import TestClient
 
     path = tmp_path / "cluster.json"
-    driver.write_cluster(path, 12, 0, seed=3, mix="project")
+    cluster = driver.write_cluster(path, 12, 0, seed=3, mix="project")
     names = [f"node-{i:05d}" for i in range(12)]
+    mig = [n["metadata"]["name"] for n in cluster.nodes if '"mode":"mig"' in n["metadata"]["annotations"][PREFIX]]
+    plain = [n for n in names if n not in mig]  # whole GPUs and shares: not on GPUs in MIG mode
+    assert mig and len(plain) >= 11
     client = TestClient(driver.floor_app(path))
 
     def ask(route: str, name: str, wanted: dict[str, str], listed: list[str] = names) -> Any:
@@ -195,18 +202,125 @@ def test_the_floor_counts_what_it_binds_and_refuses_what_fits_nowhere(tmp_path: 
         return client.post(route, content=orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": listed})).json()
 
     whole = ask("/filter", "whole", {"gpu-count": "8"})
-    assert whole["NodeNames"] == names and not whole["FailedNodes"]  # empty nodes: every one fits
-    assert client.post("/bind", json={"PodName": "whole", "Node": names[0]}).json() == {"Error": ""}
+    assert whole["NodeNames"] == plain and sorted(whole["FailedNodes"]) == mig  # empty nodes: every plain one fits
+    assert client.post("/bind", json={"PodName": "whole", "Node": plain[0]}).json() == {"Error": ""}
     one = ask("/filter", "one", {"gpu-count": "1"})
-    assert one["NodeNames"] == names[1:] and list(one["FailedNodes"]) == [names[0]]  # its 8 GPUs are taken
+    assert one["NodeNames"] == plain[1:] and sorted(one["FailedNodes"]) == sorted([plain[0], *mig])  # 8 GPUs taken
     # a share fits beside a quarter taken: the fullest node that still fits ranks first
-    assert ask("/filter", "quarter", {"gpu-fraction": "0.25"})["NodeNames"] == names[1:]
-    assert client.post("/bind", json={"PodName": "quarter", "Node": names[5]}).json() == {"Error": ""}
-    ranked = ask("/prioritize", "next", {"gpu-fraction": "0.5"}, names[1:])
-    assert len(ranked) == 10 and ranked[0]["Host"] == names[5] and ranked[0]["Score"] > ranked[1]["Score"]
+    assert ask("/filter", "quarter", {"gpu-fraction": "0.25"})["NodeNames"] == plain[1:]
+    assert client.post("/bind", json={"PodName": "quarter", "Node": plain[5]}).json() == {"Error": ""}
+    ranked = ask("/prioritize", "next", {"gpu-fraction": "0.5"}, plain[1:])
+    assert len(ranked) == 10 and ranked[0]["Host"] == plain[5] and ranked[0]["Score"] > ranked[1]["Score"]
+    assert ask("/filter", "profile", {"mig-profile": "3g.40gb"})["NodeNames"] == mig  # a profile: MIG GPUs only
     nowhere = ask("/filter", "nowhere", {"gpu-count": "9"})
     assert nowhere["NodeNames"] == [] and sorted(nowhere["FailedNodes"]) == names
     assert ask("/filter", "a30", {"gpu-model": "A30", "gpu-memory": "1000"})["NodeNames"] == []
+    # a node the cluster does not have fails, it does not raise
+    assert ask("/filter", "stray", {"gpu-count": "1"}, ["no-such-node"])["FailedNodes"] == {"no-such-node": ANY}
     # a bind the floor can no longer honour is refused, not over-allocated
     ask("/filter", "again", {"gpu-count": "1"})
-    assert client.post("/bind", json={"PodName": "again", "Node": names[0]}).json()["Error"]
+    assert client.post("/bind", json={"PodName": "again", "Node": plain[0]}).json()["Error"]
+
+
+def _verdict(answer: dict[str, Any]) -> str:
+    return "malformed" if answer["Error"] else "fits" if answer["NodeNames"] else "nowhere"
+
+
+@pytest.mark.parametrize("fill", [0.0, 0.85])
+def test_the_floor_answers_the_gfd_mix_as_gpuslice_does(tmp_path: Path, fill: float) -> None:
+    # the second mix: nodes by GFD labels, by allocatable alone, MIG mixed and single, nodes
+    # gpuslice cannot read; pods by annotation and by nvidia.com/* resources, malformed ones and
+    # ones that fit nowhere. Each pod's verdict (malformed / fits nowhere / fits somewhere) is
+    # gpuslice's, every listed node is answered once, and a malformed pod gets gpuslice's error.
+    from starlette.testclient import TestClient
+
+    from scheduler.core.k8s import parse_node
+
+    path = tmp_path / "cluster.json"
+    cluster = driver.write_cluster(path, 80, 160, seed=5, mix="gfd", fill=fill)
+    kinds = set()
+    for node in cluster.nodes:
+        try:
+            devices = parse_node(node).devices
+            kinds.add((devices[0].model.name, devices[0].mode.value) if devices else "none")
+        except Exception:
+            kinds.add("unreadable")
+    assert {("UNKNOWN", "exclusive"), ("A100-80GB", "mig"), ("L4", "time-slicing"), "unreadable"} <= kinds
+    assert any(k[0].startswith("A100-SXM4-40GB-MIG") for k in kinds if isinstance(k, tuple))  # MIG single
+    names = [n["metadata"]["name"] for n in cluster.nodes]
+    floor = TestClient(driver.floor_app(path))
+    port = driver.free_port()
+    command = [*driver.gpuslice_command(), "serve", "--cluster-file", str(path), "--port", str(port)]
+    seen: dict[str, int] = {}
+    with driver.running(command, port, tmp_path / "serve.log"):
+        conn = driver.Connection(port)
+        for pod in cluster.pending:
+            body = orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": names})
+            theirs = orjson.loads(conn.post(b"/filter", body))
+            response = floor.post("/filter", content=body)
+            assert response.status_code == 200
+            ours = response.json()
+            assert _verdict(ours) == _verdict(theirs), pod["metadata"]
+            seen[_verdict(ours)] = seen.get(_verdict(ours), 0) + 1
+            if ours["Error"]:
+                assert ours["Error"] == theirs["Error"] and ours["NodeNames"] is None
+                ranked = floor.post("/prioritize", content=body).json()
+                assert [(r["Host"], r["Score"]) for r in ranked] == [(n, 0) for n in names]  # as gpuslice
+            else:
+                assert sorted(ours["NodeNames"] + list(ours["FailedNodes"] or {})) == sorted(names)
+        conn.close()
+    assert seen["malformed"] >= 5 and seen["nowhere"] >= 3 and seen["fits"] >= 100, seen
+
+
+def test_the_floor_serves_a_run_of_the_gfd_mix(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.json"
+    cluster = driver.write_cluster(path, 40, 120, seed=4, mix="gfd", fill=0.5)
+    port = driver.free_port()
+    command = [sys.executable, str(driver.__file__), "--floor-cluster", str(path), "--noop-port", str(port)]
+    with driver.running(command, port, tmp_path / "floor.log") as (_, pid):
+        scheduler = driver.KubeScheduler(port, cluster.nodes, cluster.running)
+        got = scheduler.run(cluster.pending, 10, pid)
+    # every call answered (a 500 or a closed connection raises in the driver), pods bound and
+    # malformed or hopeless ones turned away; a bind fails only where the GPUs are gone (the
+    # floor keeps no holds), never for an error of its own
+    assert got.attempts >= 100 and got.bound >= 40 and got.unschedulable >= 5
+    assert set(scheduler.errors) <= {"no GPU free"}
+
+
+def test_collection_time_is_counted_where_it_falls_inside_a_call() -> None:
+    # pauses: (start, seconds, generation, collected); spans: (start, end)
+    pauses = [(1.0, 0.5, 0, 0), (2.9, 0.2, 1, 3), (5.0, 1.0, 2, 0)]
+    assert driver.inside((0.0, 0.9), pauses) == 0.0
+    assert driver.inside((1.2, 3.0), pauses) == pytest.approx(0.3 + 0.1)  # the end of one, the start of another
+    assert driver.inside((4.0, 7.0), pauses) == pytest.approx(1.0)  # one whole
+    got = driver.Result(spans=[(0.0, 0.9), (1.2, 3.0), (4.0, 7.0)], cold_spans=[(5.5, 5.6)])
+    got.filter_ms, got.prioritize_ms = [900.0, 1800.0, 3000.0], [0.0, 0.0, 0.0]
+    got.cold_run_ms, got.cold_wait_ms, got.cold_labels = [30.0], [70.0], ["cold gpu-fraction=0.5"]
+    line = driver.gc_report(got, pauses)
+    assert "cold gpu-fraction=0.5: 100.0 ms = 30.0 on a CPU + 70.0 waiting (collection 100.0)" in line
+    got.cold_driver_wait_ms = [4.0]
+    assert "waiting (collection 100.0), the driver waiting 4.0" in driver.gc_report(got, pauses)
+    unlogged = driver.gc_report(got, None)  # the do-nothing extender and the floor: no collection log
+    assert "collection" not in unlogged and "cold gpu-fraction=0.5: 100.0 ms = 30.0 on a CPU + 70.0 waiting" in unlogged
+    assert "3 collections (gen 0/1/2: 1/1/1)" in line and "1700.0 ms in all" in line
+    assert "first calls: 1 of 1 with a collection inside (100.0 ms in all)" in line
+    assert "the slowest: 30.0 on a CPU + 70.0 waiting" in line
+
+
+def test_schedstat_counts_a_threads_time_on_a_cpu() -> None:
+    import os
+
+    run0, wait0 = driver.schedstat(os.getpid())
+    sum(range(3_000_000))
+    run1, wait1 = driver.schedstat(os.getpid())
+    assert run1 - run0 > 1.0 and wait1 >= wait0  # ms
+    assert driver.schedstat(None) != driver.schedstat(None)  # nan: no server to read
+
+
+def test_a_reestimate_is_laid_beside_the_attempts_after_it() -> None:
+    spans = [(float(t), t + 0.010 * (3 if 4 <= t < 6 else 1)) for t in range(10)]  # attempts 4 and 5: 30 ms
+    got = driver.Result(spans=spans)
+    line = driver.learn_report(got, [(4.0, 0.002, 316)], after=2)
+    assert line is not None and "at pod 316: 2.0 ms, then f+p median 30.0 / max 30.0 ms over 2 attempts" in line
+    assert "run median f+p 10.0 ms" in line
+    assert "none (1 in all, at pods [9])" in str(driver.learn_report(got, [(99.0, 0.001, 9)]))
