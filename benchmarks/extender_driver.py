@@ -85,6 +85,7 @@ from scheduler.core.request import MILLI, Demand, GpuKind, GpuRequest, parse_pod
 from scheduler.core.state import NodeState
 from scheduler.extender.client import ExtenderClient
 from scheduler.extender.collector import THRESHOLDS as GC_THRESHOLDS
+from scheduler.extender.wire import go_safe
 
 PREFIX = "gpuslice.io/"
 BODY_CAP = 256 * 1024 * 1024  # full Nodes at 5,000 nodes are several MiB
@@ -524,8 +525,9 @@ def floor_app(cluster_file: Path) -> Any:
     driver makes: nodes by their inventory annotation, GFD labels or ``nvidia.com/*``
     allocatable (:func:`parse_node`, once, at start; a node gpuslice cannot read has no GPU
     here), pods by :func:`parse_pod`, once per pod (uid and resourceVersion, as gpuslice
-    caches them). A malformed pod is answered as gpuslice answers it: filter with an ``Error``
-    and no node, prioritize with every node at 0."""
+    caches them). A malformed pod is answered as gpuslice answers it: filter with every listed
+    node unresolvable, each with the one message (kube-scheduler then leaves the pod
+    Unschedulable rather than retrying an error), prioritize with every node at 0."""
     from starlette.requests import Request
     from starlette.responses import Response
 
@@ -541,7 +543,10 @@ def floor_app(cluster_file: Path) -> Any:
     # one row per node, and one more for a name the cluster does not have (no GPU, fails all)
     rows = len(nodes) + 1
     index = _Index({n["metadata"]["name"]: i for i, n in enumerate(nodes)}, missing=len(nodes))
-    kinds: dict[tuple[str, SharingMode], int] = {}
+    # a kind: the model, the sharing mode and, for MIG, the profiles its GPUs offer (static MIG:
+    # the instances there; dynamic: every profile of the model)
+    kinds: dict[tuple[str, SharingMode, frozenset[str]], int] = {}
+    offered: dict[int, frozenset[str]] = {}
     kind = np.full(rows, -1, dtype=np.int64)  # -1: no GPU (takes only pods without one)
     total = np.ones(rows, dtype=np.int64)  # memory of one of the node's GPUs (MiB)
     compute = np.zeros((rows, width), dtype=np.int64)
@@ -552,8 +557,9 @@ def floor_app(cluster_file: Path) -> Any:
         if core is None or not core.devices:
             continue
         first = core.devices[0]
-        code = kinds.setdefault((first.model.name, first.mode), len(kinds))
-        models[code] = first.model
+        profiles = frozenset(p.name for p in first.allowed_profiles()) if first.mode is SharingMode.MIG else frozenset()
+        code = kinds.setdefault((first.model.name, first.mode, profiles), len(kinds))
+        models[code], offered[code] = first.model, profiles
         kind[i], total[i] = code, first.model.memory_mib
         count = len(core.devices)
         compute[i, :count], memory[i, :count], capacity[i] = MILLI, total[i], count * MILLI
@@ -564,12 +570,11 @@ def floor_app(cluster_file: Path) -> Any:
         if gpu.kind is GpuKind.NONE:
             out[:] = True
             return out
-        for (name, mode), code in kinds.items():
+        for (name, mode, _), code in kinds.items():
             layout = models[code].mig
             if gpu.kind is GpuKind.MIG:
-                profile = gpu.profile
-                offered = layout is not None and profile is not None and layout.match(profile) is not None
-                ok = mode is SharingMode.MIG and offered
+                wanted = layout.match(gpu.profile) if layout is not None and gpu.profile is not None else None
+                ok = mode is SharingMode.MIG and wanted is not None and wanted.name in offered[code]
             else:
                 ok = mode is not SharingMode.MIG and gpu.allows_mode(mode)
             out[code] = ok and gpu.allows_model(name)
@@ -636,8 +641,15 @@ def floor_app(cluster_file: Path) -> Any:
         args = orjson.loads(await request_.body())
         req = request(args.get("Pod"))
         if isinstance(req, str):
-            nothing = dict.fromkeys(("Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes"))
-            return Response(orjson.dumps({**nothing, "Error": req}), media_type="application/json")
+            names = args.get("NodeNames") or []
+            body: dict[str, Any] = {
+                "Nodes": None,
+                "NodeNames": [],
+                "FailedNodes": None,
+                "FailedAndUnresolvableNodes": dict.fromkeys(names, go_safe(req)) or None,
+                "Error": "",
+            }
+            return Response(orjson.dumps(body), media_type="application/json")
         names, at = listed(args)
         pending[args["Pod"]["metadata"]["name"]] = req
         ok = fits(at, req)[0].tolist()
