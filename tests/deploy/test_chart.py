@@ -161,3 +161,37 @@ def test_the_agent_can_be_left_out() -> None:
     left_out = {k for k in base() if k not in without}
     assert {(k[1], k[3]) for k in left_out} >= {("DaemonSet", "gpuslice-agent"), ("ServiceAccount", "gpuslice-agent")}
     assert all("agent" in k[3] for k in left_out), left_out
+
+
+def test_the_documented_helm_install_renders_as_it_says() -> None:
+    # docs/deploying.md's `helm install gpuslice charts/gpuslice --set ...`, its values as quoted,
+    # rendered by Helm's engine: every --set takes effect
+    import shlex
+
+    from tests.docs.reading import blocks, shell_lines
+
+    doc = REPO / "docs" / "deploying.md"
+    quoted = [
+        shlex.split(line)
+        for b in blocks(doc)
+        if b.language in ("", "bash", "sh")
+        for line in shell_lines(b.text)
+        if line.startswith("helm ")
+    ]
+    assert len(quoted) == 1, quoted
+    words = quoted[0]
+    assert words[:4] == ["helm", "install", "gpuslice", "charts/gpuslice"], words
+    sets = [words[i + 1] for i, w in enumerate(words) if w == "--set"]
+    assert len(sets) == (len(words) - 4) // 2 >= 1, words  # nothing but --set pairs after the chart
+    made = chart(*sets)
+    values = dict(s.split("=", 1) for s in sets)
+    config = find(made, "ConfigMap", "gpuslice-config")
+    assert yaml.safe_load(config["data"]["gpuslice.yaml"])["policy"] == {"name": values["policy"]}
+    listed = values["webhook.namespaces"].strip("{}").split(",")
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for hook in find(made, kind, "gpuslice")["webhooks"]:
+            if "namespaceSelector" in hook:
+                first = hook["namespaceSelector"]["matchExpressions"][0]
+                assert first == {"key": "kubernetes.io/metadata.name", "operator": "In", "values": listed}
+    if values.get("tls.certManager") == "true":
+        assert {k[3] for k in made if k[1] == "Certificate"} == {"gpuslice-ca", "gpuslice-serving-cert"}
