@@ -184,8 +184,15 @@ def simulate(
     report.print(console)
     for note in report.notes():
         console.print(f"note: {note}", highlight=False)
-    written = report.write(out) if out is not None and results else []
-    _wrote(console, written, stopped, "summary.csv, curves.csv, table.md and the plots" if out is None else "")
+    # stopped: the data of the finished runs at once, not the seconds the plots take
+    written = report.write(out, plots=stopped is None) if out is not None and results else []
+    _wrote(
+        console,
+        written,
+        stopped,
+        "summary.csv, curves.csv, table.md and the plots" if out is None else "",
+        plots_skipped=stopped is not None,
+    )
 
 
 def _finished(specs: Sequence[RunSpec], workers: int | None, quiet: bool) -> tuple[list[RunResult], Interrupted | None]:
@@ -196,10 +203,13 @@ def _finished(specs: Sequence[RunSpec], workers: int | None, quiet: bool) -> tup
         return stopped.finished, stopped
 
 
-def _wrote(console: Console, written: Sequence[Path], stopped: Interrupted | None, unwritten: str) -> None:
+def _wrote(
+    console: Console, written: Sequence[Path], stopped: Interrupted | None, unwritten: str, plots_skipped: bool = False
+) -> None:
     """Say what was written (or, with no ``--out``, that nothing was: ``unwritten`` names what
     ``--out`` would write); after an interruption, end the command with one line that says
-    what was kept and where (:class:`Interrupted`, exit 128 + the signal)."""
+    what was kept and where, and that the plots were left out if they were
+    (:class:`Interrupted`, exit 128 + the signal)."""
     if stopped is None:
         for path in written:
             console.print(f"wrote {path}", highlight=False)
@@ -208,6 +218,8 @@ def _wrote(console: Console, written: Sequence[Path], stopped: Interrupted | Non
         return
     folder = written[0].parent if written else None
     kept = f"; wrote them to {folder}/ ({', '.join(p.name for p in written)})" if folder else "; nothing written"
+    if folder and plots_skipped:
+        kept += "; no plots (stopped: run it again to draw them)"
     raise Interrupted(stopped.signum, stopped.finished, stopped.total, kept)
 
 

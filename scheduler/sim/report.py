@@ -105,10 +105,9 @@ class Report:
             out[(r.trace, r.policy)].append(i)
         return dict(out)
 
-    def write(self, out: Path) -> list[Path]:
-        """``summary.csv``, ``curves.csv``, ``table.md`` and the plots, into ``out``."""
-        from .plots import plot_overview, plot_traces
-
+    def write(self, out: Path, plots: bool = True) -> list[Path]:
+        """``summary.csv``, ``curves.csv``, ``table.md`` and (unless ``plots`` is False) the
+        plots, into ``out``."""
         out.mkdir(parents=True, exist_ok=True)
         write_csv(out / SUMMARY_FILE, SUMMARY_COLUMNS, self.rows)
         write_csv(out / CURVES_FILE, CURVE_COLUMNS, [row for r in self.records for row in curve_rows(r)])
@@ -122,9 +121,12 @@ class Report:
             encoding="utf-8",
         )
         written = [out / SUMMARY_FILE, out / CURVES_FILE, out / TABLE_FILE]
-        written += plot_traces(self, out)
-        if self.records:
-            written.append(plot_overview(rows, out))
+        if plots:
+            from .plots import plot_overview, plot_traces
+
+            written += plot_traces(self, out)
+            if self.records:
+                written.append(plot_overview(rows, out))
         return written
 
     # ------------------------------------------------------------ table
