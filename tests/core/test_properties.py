@@ -108,7 +108,8 @@ def demands(draw: st.DrawFn) -> Demand:
     if kind is GpuKind.NONE:
         gpu = GpuRequest()
     elif kind is GpuKind.WHOLE:
-        gpu = GpuRequest(kind, draw(st.integers(1, 3)), sharing=sharing - {SharingMode.MIG})
+        # sharing listing mig: whole GPUs as MIG instances (the opt-in); the others never take one
+        gpu = GpuRequest(kind, draw(st.integers(1, 3)), sharing=sharing)
     elif kind is GpuKind.MIG:
         gpu = GpuRequest(
             kind, 1, profile=ProfileSpec.parse(draw(st.sampled_from(PROFILES))), sharing=frozenset({SharingMode.MIG})
@@ -238,7 +239,13 @@ def _all_single_shares(demand: Demand, state: NodeState) -> list[Allocation]:
             assert layout is not None
             memory, compute = gpu.share_on(device)
             for profile in device.allowed_profiles():
-                if gpu.kind is GpuKind.MIG:
+                if gpu.kind is GpuKind.WHOLE:
+                    # only for a pod listing mig: any instance of a static GPU, the largest
+                    # profile of a dynamic one (the whole GPU in MIG mode)
+                    largest = max(device.allowed_profiles(), key=lambda p: (p.memory_slots, p.compute_slices))
+                    if SharingMode.MIG not in gpu.sharing or (not device.mig_static and profile != largest):
+                        continue
+                elif gpu.kind is GpuKind.MIG:
                     assert gpu.profile is not None
                     if layout.match(gpu.profile) != profile:
                         continue
