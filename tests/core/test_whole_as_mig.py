@@ -8,16 +8,20 @@ GPU in MIG mode). Every expected value below is worked out by hand from the geom
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from scheduler.core.allocation import MigSlot
+from scheduler.core.board import Board
 from scheduler.core.catalog import ProfileSpec
 from scheduler.core.fit import fit
 from scheduler.core.inventory import Node, SharingMode
+from scheduler.core.policies import REGISTRY, make_policy
 from scheduler.core.preempt import Candidate, Preemption, choose_victims
 from scheduler.core.request import Demand, GpuKind, GpuRequest, parse_pod
+from scheduler.core.select import rank
 from scheduler.core.state import NodeState
 from tests.builders import make_device, make_node, make_state, static_mig
 
@@ -38,9 +42,10 @@ def pod_of(annotations: dict[str, str], limits: dict[str, Any] | None = None) ->
 
 
 def static_node() -> Node:
-    # GPU 0: 3g.40gb at 4, 2g.20gb at 0, 1g.10gb at 2; GPU 1: 4g.40gb at 0, 3g.40gb at 4
+    # GPU 0: 3g.40gb at 4, 2g.20gb at 0, 1g.10gb at 2; GPU 1: 3g.40gb at 4, 4g.40gb at 0 (the
+    # 3g listed first: GPU 1's order must come from the sizes, not the listing)
     first = static_mig("A100-80GB", ("3g.40gb", 4), ("2g.20gb", 0), ("1g.10gb", 2))
-    second = static_mig("A100-80GB", ("4g.40gb", 0), ("3g.40gb", 4))
+    second = static_mig("A100-80GB", ("3g.40gb", 4), ("4g.40gb", 0))
     devices = (
         make_device(0, "A100-80GB", "mig", uuid="gpu0", mig_instances=first),
         make_device(1, "A100-80GB", "mig", uuid="gpu1", mig_instances=second),
@@ -66,9 +71,9 @@ def test_static_mig_gives_each_gpu_asked_its_largest_free_instance() -> None:
     demand = pod_of({"gpuslice.io/gpu-count": "2", "gpuslice.io/sharing": "mig"})
     expected = [
         # GPU 0's largest is 3g.40gb (4 slots), GPU 1's 4g.40gb (4 slots, 4 slices: more than 3g's 3)
-        [("MIG-3g.40gb-4-0", 0, MigSlot(4, 4, 3, "3g.40gb")), ("MIG-4g.40gb-0-0", 1, MigSlot(0, 4, 4, "4g.40gb"))],
+        [("MIG-3g.40gb-4-0", 0, MigSlot(4, 4, 3, "3g.40gb")), ("MIG-4g.40gb-0-1", 1, MigSlot(0, 4, 4, "4g.40gb"))],
         # then the next largest free on each
-        [("MIG-2g.20gb-0-1", 0, MigSlot(0, 2, 2, "2g.20gb")), ("MIG-3g.40gb-4-1", 1, MigSlot(4, 4, 3, "3g.40gb"))],
+        [("MIG-2g.20gb-0-1", 0, MigSlot(0, 2, 2, "2g.20gb")), ("MIG-3g.40gb-4-0", 1, MigSlot(4, 4, 3, "3g.40gb"))],
     ]
     for k, want in enumerate(expected):
         found = fit(demand, state)
@@ -138,3 +143,23 @@ def test_preemption_for_a_mig_whole_gpu_evicts_one_instance_not_the_gpu() -> Non
     found = choose_victims(whole(1), state, [Candidate("a"), Candidate("b")])
     assert isinstance(found, Preemption)
     assert found.victims == ("a",) and found.fewest
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_the_board_scores_mig_whole_gpus_as_the_plain_oracle(name: str) -> None:
+    """The board works out a whole GPU's share on a MIG GPU as fit does (an instance, not the
+    GPU), so every policy scores each node as select's node-by-node oracle does."""
+    small = Demand(0, 0, GpuRequest(GpuKind.MIG, 1, profile=ProfileSpec.parse("1g.10gb")))
+    static = NodeState.empty(replace(static_node(), name="static"))
+    partly = NodeState.empty(replace(static_node(), name="partly"))
+    partly = partly.apply("a", fit(whole(2), partly).allocations[0])
+    dynamic = make_state(name="dynamic", gpus=2, mode="mig", model="A100-80GB")
+    used = make_state(name="used", gpus=2, mode="mig", model="A100-80GB")
+    used = used.apply("s", fit(small, used).allocations[0])
+    states = [static, partly, dynamic, used]
+    for demand in (whole(1), whole(2)):
+        oracle = rank(make_policy(name), demand, states)  # a fresh policy each: random's draws alike
+        want = {p.node: p.score for p in oracle.placements}
+        got = Board(states).scores(make_policy(name), demand).tolist()
+        assert got == [want.get(s.node.name, float("-inf")) for s in states], (name, demand)
+        assert set(oracle.failures) == {s.node.name for s in states} - set(want)
