@@ -63,7 +63,7 @@ from .fit import (
 from .fragmentation import ShareCandidates
 from .groups import Groups, device_group, node_group
 from .ids import Ids
-from .inventory import Device, Node
+from .inventory import Device, Node, SharingMode
 from .policies.base import Policy, Reads, demand_key, reads, version
 from .request import MILLI, Demand, GpuKind, GpuRequest
 from .select import NO_MOVE, Placement, Scored, evaluate, finish, firsts, score_firsts
@@ -244,8 +244,9 @@ def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _share_on(gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage, by_arrays: bool) -> DeviceShare:
     """The share ``gpu`` takes of ``device`` beside ``usage``, which hosts it (``by_arrays``: a
     state the rules of arrays answer, where the share is exactly what is asked). A whole GPU
-    takes all of one, whatever its mode and state (MIG GPUs never host one)."""
-    if gpu.kind is GpuKind.WHOLE:
+    takes all of one in every mode but MIG, whatever its state (a MIG GPU hosts one only as an
+    instance, for a pod listing mig in sharing: fit's answer)."""
+    if gpu.kind is GpuKind.WHOLE and device.mode is not SharingMode.MIG:
         return DeviceShare(device.uuid, device.index, device.mode, device.memory_mib, MILLI)
     if by_arrays:
         return sharing_share(gpu, device)

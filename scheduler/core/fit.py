@@ -114,7 +114,14 @@ def _mig_profiles(gpu: GpuRequest, device: Device) -> tuple[list[MigProfile], st
             return f"no MIG profile {gpu.profile.text} on {device.model.name}"
         return [wanted], wanted.name
     if gpu.kind is not GpuKind.SHARE:
-        return f"GPU {device.index} is partitioned by MIG; whole GPUs need another mode"
+        if SharingMode.MIG not in gpu.sharing:  # listed by the pod: the default (any) does not count
+            return f"GPU {device.index} is partitioned by MIG; whole GPUs need another mode, or sharing listing mig"
+        # whole GPUs taken as MIG instances: one instance per GPU, the largest it offers (on a
+        # static GPU the largest free one; on a dynamic GPU the largest profile, the whole GPU)
+        largest = sorted(allowed, key=lambda p: (-p.memory_slots, -p.compute_slices))
+        if not device.mig_static:
+            largest = largest[:1]
+        return largest, "|".join(p.name for p in largest)
     memory, compute = gpu.share_on(device)
     covering = sorted(
         (p for p in allowed if p.memory_mib >= memory and p.compute_slices * MILLI >= compute * layout.compute_slices),

@@ -42,6 +42,7 @@ from math import comb
 from .allocation import Allocation
 from .capacity import DeviceUsage, allocated_milli, remove_share
 from .fit import fit, host_reason, hosts, linked_set
+from .inventory import SharingMode
 from .request import Demand, GpuKind
 from .state import NodeState
 
@@ -197,10 +198,16 @@ class _Search:
     def emptied(self) -> list[tuple[str, ...]] | None:
         """For whole GPUs with room on the host, every possible answer, best first: a GPU takes a
         whole GPU only once every pod on it is gone, so an answer is all the candidates on
-        ``count`` GPUs that could host. None for other requests, or when there are more groups
-        of GPUs than the bound allows."""
+        ``count`` GPUs that could host. None for other requests (whole GPUs a MIG instance may
+        serve among them: a MIG GPU takes one beside other instances), or when there are more
+        groups of GPUs than the bound allows."""
         gpu = self.demand.gpu
-        if gpu.kind is not GpuKind.WHOLE or self.host_short or comb(len(self.hostable), gpu.count) > self.limit:
+        if (
+            gpu.kind is not GpuKind.WHOLE
+            or SharingMode.MIG in gpu.sharing  # a MIG GPU may take one beside other instances
+            or self.host_short
+            or comb(len(self.hostable), gpu.count) > self.limit
+        ):
             return None
         unions = {
             tuple(sorted({k for i in group for k in self.hostable[i]}, key=self.order.__getitem__))

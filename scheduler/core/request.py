@@ -433,10 +433,6 @@ def parse_gpu_request(
             GpuKind.SHARE, count or 1, fraction, mem, compute, sharing=sharing, models=models, nvlink=nvlink
         )
     if count:
-        if sharing == frozenset({SharingMode.MIG}):
-            raise RequestError(
-                k("sharing"), ours["sharing"], "mig only with a MIG profile or a fraction; whole GPUs need another mode"
-            )
         return GpuRequest(GpuKind.WHOLE, count, sharing=sharing, models=models, nvlink=nvlink)
     for selector in ("sharing", "gpu-model", "nvlink"):
         if selector in ours:

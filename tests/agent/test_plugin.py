@@ -191,3 +191,19 @@ def test_a_pod_gone_but_still_listed_by_the_kubelet_is_no_mismatch(bench: Bench)
     bench.cluster.delete(a)  # the kubelet has not cleaned up yet: pod-resources still lists it
     bench.agent.tick()
     assert bench.agent.mismatches == []
+
+
+def test_a_whole_gpu_listing_mig_is_handed_the_full_instance_it_made_as_a_cdi_device(bench: Bench) -> None:
+    # GPU 0 is a dynamic A100 in MIG mode, empty: a whole GPU listing mig is its 7g.80gb at slot 0
+    # (GPU 1 holds a hand-made 3g.40gb, so its full profile cannot be made)
+    key = bench.cluster.create_pod("whole-mig", gpu_count="1", sharing="mig")
+    record = bench.cluster.schedule(key)
+    (share,) = record.shares
+    assert share.index == 0 and share.mig is not None and (share.mig.profile, share.mig.start) == ("7g.80gb", 0)
+    assert bench.admit(key)
+    (made,) = [i for i in bench.gpus.mig_instances(share.uuid) if i.start == 0 and i.uuid.startswith("MIG-fake")]
+    assert [d.name for d in bench.kubelet.answers[(key, "main0")].cdi_devices] == [f"nvidia.com/gpu={made.uuid}"]
+    # without mig listed the same request takes a GPU not in MIG mode (the L4 or the H100)
+    plain = bench.cluster.create_pod("whole", gpu_count="1")
+    (other,) = bench.cluster.schedule(plain).shares
+    assert other.mig is None and other.uuid in ("GPU-l4-2", "GPU-h100-3")

@@ -333,3 +333,31 @@ def test_whole_gpus_never_land_on_single_strategy_slices(container: dict[str, An
         "spec": {"containers": [{"name": "c"}]},
     }
     assert fit(parse_pod(slice_pod).demand, state)
+
+
+def test_whole_gpus_listing_mig_take_one_single_strategy_slice_per_gpu() -> None:
+    from scheduler.core.fit import fit
+    from scheduler.core.request import parse_pod
+    from scheduler.core.state import NodeState
+
+    state = NodeState.empty(parse_node(single_strategy_node()))
+
+    def plain(gpus: int) -> Any:
+        return parse_pod(
+            {
+                "metadata": {"name": "p", "annotations": {"gpuslice.io/sharing": "mig"}},
+                "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+            }
+        ).demand
+
+    # 8 GPUs of seven 1g.10gb each: 8 asked get one slice on each physical GPU, never two of one
+    found = fit(plain(8), state)
+    shares = found.allocations[0].shares
+    assert [s.index for s in shares] == list(range(8))
+    assert {(s.mig.profile, s.memory_mib) for s in shares if s.mig is not None} == {("1g.10gb", 10240)}
+    # all alike, so the lowest slot: the parser placed each GPU's seven at slots 6, 4, 5, 0, 1, 2, 3
+    # (the slot rule's order), naming them <index>:<k>, so slot 0 is the fourth, k = 3
+    assert [(s.uuid, s.mig.start if s.mig else None) for s in shares] == [(f"{g}:3", 0) for g in range(8)]
+    # 16 asked are more GPUs than the node has, whatever its 56 slices
+    sixteen = fit(plain(16), state)
+    assert not sixteen and sixteen.reason.startswith("needs 16 GPUs for 16 whole GPUs, not that many available")

@@ -45,9 +45,9 @@ PROFILES = [
 
 
 @st.composite
-def devices(draw: st.DrawFn, index: int) -> object:
-    model = draw(st.sampled_from(MODELS))
-    modes = ["exclusive", "mps", "time-slicing"] + (["mig"] if CATALOG[model].mig else [])
+def devices(draw: st.DrawFn, index: int, mig_only: bool = False) -> object:
+    model = draw(st.sampled_from([m for m in MODELS if CATALOG[m].mig or not mig_only]))
+    modes = ["mig"] if mig_only else ["exclusive", "mps", "time-slicing"] + (["mig"] if CATALOG[model].mig else [])
     mode = draw(st.sampled_from(modes))
     instances: tuple[MigInstance, ...] = ()
     layout = CATALOG[model].mig
@@ -108,7 +108,9 @@ def demands(draw: st.DrawFn) -> Demand:
     if kind is GpuKind.NONE:
         gpu = GpuRequest()
     elif kind is GpuKind.WHOLE:
-        gpu = GpuRequest(kind, draw(st.integers(1, 3)), sharing=sharing - {SharingMode.MIG})
+        # sharing listing mig: whole GPUs as MIG instances (the opt-in); the others never take one
+        mig = draw(st.sampled_from([frozenset(), frozenset({SharingMode.MIG})]))
+        gpu = GpuRequest(kind, draw(st.integers(1, 3)), sharing=sharing | mig)
     elif kind is GpuKind.MIG:
         gpu = GpuRequest(
             kind, 1, profile=ProfileSpec.parse(draw(st.sampled_from(PROFILES))), sharing=frozenset({SharingMode.MIG})
@@ -238,7 +240,13 @@ def _all_single_shares(demand: Demand, state: NodeState) -> list[Allocation]:
             assert layout is not None
             memory, compute = gpu.share_on(device)
             for profile in device.allowed_profiles():
-                if gpu.kind is GpuKind.MIG:
+                if gpu.kind is GpuKind.WHOLE:
+                    # only for a pod listing mig: any instance of a static GPU, the largest
+                    # profile of a dynamic one (the whole GPU in MIG mode)
+                    largest = max(device.allowed_profiles(), key=lambda p: (p.memory_slots, p.compute_slices))
+                    if SharingMode.MIG not in gpu.sharing or (not device.mig_static and profile != largest):
+                        continue
+                elif gpu.kind is GpuKind.MIG:
                     assert gpu.profile is not None
                     if layout.match(gpu.profile) != profile:
                         continue
@@ -302,6 +310,52 @@ def test_fit_says_no_only_when_no_share_exists(node: Node, warmup: list[Demand],
         except RecordError:
             pass
     assert bool(found) == bool(possible), (found.reason, possible)
+
+
+@st.composite
+def mig_nodes(draw: st.DrawFn) -> Node:
+    """One to four GPUs, every one in MIG mode (static or dynamic), of MIG-capable models."""
+    devs = tuple(draw(devices(i, mig_only=True)) for i in range(draw(st.integers(1, 4))))  # type: ignore[misc]
+    return Node("m", 10**6, 10**7, devs)
+
+
+@SETTINGS
+@given(mig_nodes(), st.lists(st.tuples(demands(), st.booleans()), max_size=12), st.integers(1, 4))
+def test_whole_gpus_listing_mig_take_one_free_instance_per_gpu(
+    node: Node, steps: list[tuple[Demand, bool]], count: int
+) -> None:
+    """Whole GPUs for a pod listing mig, among MIG profiles, shares and other whole GPUs coming
+    and going on MIG GPUs: fit finds them exactly when as many GPUs each have a free instance
+    (brute force: every instance the GPU could give a whole GPU), each on its own GPU; the
+    state stays within capacity (MIG instances never overlap) and the board's filter agrees."""
+    state = NodeState.empty(node)
+    whole = Demand(0, 0, GpuRequest(GpuKind.WHOLE, count, sharing=frozenset({SharingMode.MIG})))
+    one = Demand(0, 0, GpuRequest(GpuKind.WHOLE, 1, sharing=frozenset({SharingMode.MIG})))
+    for k, (demand, release) in enumerate([*steps, (whole, False), (whole, False)]):
+        if release and state.pods:
+            state = state.release(state.pods[0][0])
+            continue
+        found = fit(whole, state)
+        hosting = set()
+        for alloc in _all_single_shares(one, state):
+            try:
+                state.apply("probe", alloc)
+                hosting.add(alloc.shares[0].index)
+            except RecordError:
+                pass
+        assert bool(found) == (len(hosting) >= count), (found.reason, hosting)
+        assert not fit(Demand(0, 0, GpuRequest(GpuKind.WHOLE, 1)), state)  # any: never a MIG instance
+        board = Board([state])
+        assert (Status(int(board.filter(make_policy("binpack"), whole).status[0])) is Status.FITS) == bool(found)
+        for alloc in found.allocations:
+            assert len({s.index for s in alloc.shares}) == count == len(alloc.shares)
+            assert all(s.mig is not None and s.index in hosting for s in alloc.shares)
+        placed = fit(demand, state)
+        if placed:
+            before = state
+            state = state.apply(f"p{k}", placed.allocations[-1])
+            assert_within_capacity(state)
+            assert state.release(f"p{k}") == before
 
 
 @SETTINGS

@@ -160,7 +160,6 @@ def test_output_annotations_are_not_requests() -> None:
         ({"mig-profile": "3g.40gb", "gpu-fraction": "0.5"}, {}, "gpuslice.io/gpu-fraction", "MIG profile fixes"),
         ({"gpu-fraction": "0.5", "gpu-memory": "1Gi"}, {}, "gpuslice.io/gpu-fraction", "not both"),
         ({"gpu-fraction": "0.5", "sharing": "exclusive"}, {}, "gpuslice.io/sharing", "other than exclusive"),
-        ({"gpu-count": "1", "sharing": "mig"}, {}, "gpuslice.io/sharing", "whole GPUs need another mode"),
         ({"sharing": "gpu-dance"}, {}, "gpuslice.io/sharing", "time-slicing"),
         ({"gpu-model": "H100"}, {}, "gpuslice.io/gpu-model", "only beside a GPU request"),
         ({"gpu-model": "H100||"}, {"nvidia.com/gpu": 1}, "gpuslice.io/gpu-model", "joined by |"),
