@@ -189,3 +189,25 @@ def test_a_forged_record_never_displaces_the_record_of_a_bind_gpuslice_made() ->
     cache.on_change(Change(Kind.NODE, "a", k8s_node("a", gpus=3, mode="exclusive")))
     assert list(cache.record_errors()["a"]) == ["default/a-forged"]
     assert cache.state("a").allocation_of("default/z-real") == whole  # type: ignore[union-attr]
+
+
+def test_only_a_bind_that_went_through_or_the_same_pod_is_vouched_for() -> None:
+    # z-failed's bind failed (its claim dropped), z-new replaced the pod gpuslice bound under its
+    # name (another UID): each then carries the record by hand, and name order decides again.
+    cache = ClusterCache(PREFIX)
+    cache.on_change(Change(Kind.NODE, "a", k8s_node("a", gpus=2, mode="exclusive")))
+    gpu = [Allocation("a", (DeviceShare(f"a-gpu{i}", i, SharingMode.EXCLUSIVE, 81920, 1000),), 0, 0) for i in (0, 1)]
+    cache.on_change(pod_change(k8s_pod("z-failed"), "default/z-failed"))
+    cache.reserve("default/z-failed", "uid-default-z-failed", gpu[0])
+    cache.unreserve("default/z-failed")
+    cache.on_change(pod_change(k8s_pod("z-new"), "default/z-new"))
+    cache.reserve("default/z-new", "uid-default-z-new", gpu[1])
+    cache.on_change(pod_change(with_record(k8s_pod("z-new", version="2"), gpu[1], node="a"), "default/z-new"))
+    replaced = with_record(k8s_pod("z-new", version="3"), gpu[1], node="a")
+    replaced["metadata"]["uid"] = "uid-another"
+    cache.on_change(pod_change(replaced, "default/z-new"))
+    for name, alloc in (("a-0", gpu[0]), ("a-1", gpu[1])):
+        cache.on_change(pod_change(with_record(k8s_pod(name), alloc, node="a"), f"default/{name}"))
+    cache.on_change(pod_change(with_record(k8s_pod("z-failed", version="2"), gpu[0], node="a"), "default/z-failed"))
+    cache.on_change(Change(Kind.NODE, "a", k8s_node("a", gpus=3, mode="exclusive")))
+    assert sorted(cache.record_errors()["a"]) == ["default/z-failed", "default/z-new"]
