@@ -7,7 +7,7 @@ whatever its source; a GPU that turned unhealthy keeps the records it already ho
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field, replace
 
 from . import mig
@@ -144,16 +144,20 @@ class NodeState:
         )
 
 
-def rebuild(node: Node, records: Iterable[tuple[str, str]]) -> tuple[NodeState, list[RecordError]]:
+def rebuild(
+    node: Node, records: Iterable[tuple[str, str]], vouched: Container[str] = frozenset()
+) -> tuple[NodeState, list[RecordError]]:
     """A node's state from its inventory and its pods' ``(pod, record)`` annotations.
 
-    Records are applied in pod-name order, so the result does not depend on listing
-    order. A record that does not decode or conflicts is reported, never applied and
-    never silently dropped: the caller decides what to do with the pod.
+    The records of the pods in ``vouched`` (those gpuslice itself bound, as the caller knows
+    them) are applied first, then every other; each group in pod-name order, so the result
+    does not depend on listing order, and a record anyone could have written never displaces
+    one gpuslice wrote. A record that does not decode or conflicts is reported, never applied
+    and never silently dropped: the caller decides what to do with the pod.
     """
     state = NodeState.empty(node)
     problems: list[RecordError] = []
-    for pod, text in sorted(records):
+    for pod, text in sorted(records, key=lambda kv: (kv[0] not in vouched, kv)):
         try:
             state = state.apply(pod, decode_record(text, pod))
         except RecordError as exc:

@@ -129,6 +129,9 @@ class ClusterCache:
         self._claims: dict[str, Claim] = {}  # pod key -> what this process counts for it
         self._counted: dict[str, tuple[str, str]] = {}  # pod key -> (node, record) counted
         self._uids: dict[str, str] = {}  # uid -> pod key
+        # pod key -> (uid, record) of the binds this process made: their records come first when a
+        # node is counted anew, so a record written by hand never displaces one gpuslice wrote
+        self._bound_here: dict[str, tuple[str, str]] = {}
         # Records decoded lately, by their text: a bind's record is read by its claim, its
         # counting, the watch event that confirms it and the next bind on its node.
         self._decoded: OrderedDict[str, Allocation] = OrderedDict()
@@ -183,6 +186,9 @@ class ClusterCache:
         if obj is not None:
             pod = PodView(uid_of(obj), node_of(obj), holding_record(obj, self.prefix), _slim(obj))
             self.pods[key] = pod
+            mine = self._bound_here.get(key)
+            if mine is not None and pod.uid and mine[0] and pod.uid != mine[0]:
+                del self._bound_here[key]  # replaced by another pod of the same name
             if pod.uid:
                 self._uids[pod.uid] = key
             if pod.holding is not None:
@@ -198,34 +204,43 @@ class ClusterCache:
                     want = (claim.node, claim.record)
         else:
             self._claims.pop(key, None)
+            self._bound_here.pop(key, None)
         self._count(key, want)
 
     # ------------------------------------------------------------ claims: binds in flight, holds
 
     def reserve(self, key: str, uid: str, alloc: Allocation) -> None:
         """Count ``alloc`` for a pod being bound by this process, until the watch confirms it."""
-        self._claim(key, uid, alloc, None)
+        with self.lock:
+            text = self._claim(key, uid, alloc, None)
+            if text is not None:
+                self._bound_here[key] = (uid, text)
 
     def hold(self, key: str, uid: str, alloc: Allocation, until: float) -> None:
         """Count ``alloc`` for a pod prioritize has just ranked on its node, until ``until``
         (or its bind, or its next filter)."""
         self._claim(key, uid, alloc, until)
 
-    def _claim(self, key: str, uid: str, alloc: Allocation, until: float | None) -> None:
+    def _claim(self, key: str, uid: str, alloc: Allocation, until: float | None) -> str | None:
+        """The record counted for ``alloc``; None where the watch already shows the pod bound."""
         with self.lock:
             pod = self.pods.get(key)
             if pod is not None and pod.holding is not None:
-                return  # the watch already shows it bound
+                return None  # the watch already shows it bound
             text = encode_record(alloc)
             self._remember(text, alloc)
             self._claims[key] = Claim(uid, alloc.node, text, alloc, until)
             self._count(key, (alloc.node, text))
+            return text
 
     def unreserve(self, key: str) -> None:
         """Forget what this process counted for a pod (its bind failed, or it is scheduled again)."""
         with self.lock:
-            if self._claims.pop(key, None) is None:
+            claim = self._claims.pop(key, None)
+            if claim is None:
                 return
+            if claim.until is None:
+                self._bound_here.pop(key, None)
             pod = self.pods.get(key)
             if pod is not None:
                 self._pod_changed(key, pod.obj)
@@ -334,13 +349,21 @@ class ClusterCache:
         if self._by_namespace:  # a node read anew: its GPUs' models may have changed
             for key in view.records:
                 self._charge(key, self._counted.get(key))
-        state, problems = rebuild(view.node, view.records.items())
+        state, problems = rebuild(view.node, view.records.items(), self._vouched(view))
         errors = {p.pod: p for p in problems}
         for pod, problem in errors.items():
             if pod not in view.errors or str(view.errors[pod]) != str(problem):
                 log.warning("allocation record rejected", extra={"node": name, "pod": pod, "reason": problem.problem})
         view.errors = errors
         self.board.put(state)
+
+    def _vouched(self, view: NodeView) -> set[str]:
+        """The pods of ``view`` whose record is the one this process bound them with."""
+        return {
+            key
+            for key, text in view.records.items()
+            if (mine := self._bound_here.get(key)) is not None and self._same(key, mine[1], text)
+        }
 
     # ------------------------------------------------------------ quotas
 

@@ -168,3 +168,46 @@ def test_the_cache_keeps_what_it_reads_of_a_pod_and_parses_it_alike() -> None:
     assert len(json.dumps(kept)) < len(json.dumps(pod)) / 4
     assert parse_pod(kept) == parse_pod(pod)
     assert "managedFields" not in kept["metadata"] and "env" not in kept["spec"]["containers"][0]
+
+
+def test_a_forged_record_never_displaces_the_record_of_a_bind_gpuslice_made() -> None:
+    # gpuslice binds z-real to GPU 0 of node a, whole; then a-forged, which another scheduler
+    # placed there, is given a hand-written record of the same GPU with bind-phase "bound" forged
+    # too. It sorts first by name; the real record must still be the one counted.
+    cache = ClusterCache(PREFIX)
+    cache.on_change(Change(Kind.NODE, "a", k8s_node("a", gpus=2, mode="exclusive")))
+    whole = Allocation("a", (DeviceShare("a-gpu0", 0, SharingMode.EXCLUSIVE, 81920, 1000),), 0, 0)
+    cache.on_change(pod_change(k8s_pod("z-real"), "default/z-real"))
+    cache.reserve("default/z-real", "uid-default-z-real", whole)
+    cache.on_change(pod_change(with_record(k8s_pod("z-real", version="2"), whole, node="a"), "default/z-real"))
+    cache.on_change(pod_change(with_record(k8s_pod("a-forged"), whole, node="a"), "default/a-forged"))
+    errors = cache.record_errors()["a"]
+    assert list(errors) == ["default/a-forged"], errors
+    assert cache.placement("default/z-real").counted
+    assert not cache.placement("default/a-forged").counted
+    # a node read anew (a rebuild from every record) keeps the same order of trust
+    cache.on_change(Change(Kind.NODE, "a", k8s_node("a", gpus=3, mode="exclusive")))
+    assert list(cache.record_errors()["a"]) == ["default/a-forged"]
+    assert cache.state("a").allocation_of("default/z-real") == whole  # type: ignore[union-attr]
+
+
+def test_only_a_bind_that_went_through_or_the_same_pod_is_vouched_for() -> None:
+    # z-failed's bind failed (its claim dropped), z-new replaced the pod gpuslice bound under its
+    # name (another UID): each then carries the record by hand, and name order decides again.
+    cache = ClusterCache(PREFIX)
+    cache.on_change(Change(Kind.NODE, "a", k8s_node("a", gpus=2, mode="exclusive")))
+    gpu = [Allocation("a", (DeviceShare(f"a-gpu{i}", i, SharingMode.EXCLUSIVE, 81920, 1000),), 0, 0) for i in (0, 1)]
+    cache.on_change(pod_change(k8s_pod("z-failed"), "default/z-failed"))
+    cache.reserve("default/z-failed", "uid-default-z-failed", gpu[0])
+    cache.unreserve("default/z-failed")
+    cache.on_change(pod_change(k8s_pod("z-new"), "default/z-new"))
+    cache.reserve("default/z-new", "uid-default-z-new", gpu[1])
+    cache.on_change(pod_change(with_record(k8s_pod("z-new", version="2"), gpu[1], node="a"), "default/z-new"))
+    replaced = with_record(k8s_pod("z-new", version="3"), gpu[1], node="a")
+    replaced["metadata"]["uid"] = "uid-another"
+    cache.on_change(pod_change(replaced, "default/z-new"))
+    for name, alloc in (("a-0", gpu[0]), ("a-1", gpu[1])):
+        cache.on_change(pod_change(with_record(k8s_pod(name), alloc, node="a"), f"default/{name}"))
+    cache.on_change(pod_change(with_record(k8s_pod("z-failed", version="2"), gpu[0], node="a"), "default/z-failed"))
+    cache.on_change(Change(Kind.NODE, "a", k8s_node("a", gpus=3, mode="exclusive")))
+    assert sorted(cache.record_errors()["a"]) == ["default/z-failed", "default/z-new"]
