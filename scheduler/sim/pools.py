@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
+from multiprocessing import resource_tracker
 from typing import Any
 
 JOIN_SECONDS = 0.5  # a terminated worker that has not ended by then is killed
@@ -111,8 +112,12 @@ def process_pool(workers: int) -> Iterator[tuple[ProcessPoolExecutor, Any, Signa
     at once."""
     context = multiprocessing.get_context("spawn")
     signals = Signals()
+    # The resource tracker first, outside held(): starting it unblocks SIGINT in the calling
+    # thread when done (multiprocessing.resource_tracker blocks and then unblocks it around its
+    # own start), which would let the manager and the first workers be born with SIGINT open.
+    resource_tracker.ensure_running()
     with noted(signals):
-        with held():  # the manager and the resource tracker start here
+        with held():  # the manager starts here
             manager = context.Manager()
             pool = ProcessPoolExecutor(
                 max_workers=workers, mp_context=context, max_tasks_per_child=1, initializer=_worker_start
@@ -129,8 +134,10 @@ def process_pool(workers: int) -> Iterator[tuple[ProcessPoolExecutor, Any, Signa
 
 
 def _abandon(pool: ProcessPoolExecutor) -> None:
+    """Cancel the queued runs, end the running ones, and wait for the pool's manager thread:
+    shut down without waiting, the pool drops its table of processes while that thread may
+    still be replacing a worker that finished (a TypeError on the terminal)."""
     processes = list((pool._processes or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         process.terminate()
     for process in processes:
@@ -138,6 +145,7 @@ def _abandon(pool: ProcessPoolExecutor) -> None:
         if process.is_alive():
             process.kill()
             process.join(JOIN_SECONDS)
+    pool.shutdown(wait=True, cancel_futures=True)  # the workers are gone: the pool is broken and its thread ends
 
 
 __all__ = ["Signals", "Stopped", "held", "noted", "process_pool", "stop_on_sigterm"]
