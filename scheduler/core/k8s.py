@@ -399,6 +399,7 @@ def _from_labels(name: str, labels: Mapping[str, str], allocatable: Mapping[str,
                     raise _problem(name, f"{key} must be a whole number, got {value!r}")
                 mig_counts[profile] = max(mig_counts.get(profile, 0), n)
     gpus_alloc = allocatable.get("nvidia.com/gpu")
+    counted_from_allocatable = count is None and gpus_alloc is not None
     if count is None and gpus_alloc is not None:
         if not str(gpus_alloc).isdigit():
             raise _problem(name, f"allocatable nvidia.com/gpu must be a whole number, got {gpus_alloc!r}")
@@ -426,14 +427,17 @@ def _from_labels(name: str, labels: Mapping[str, str], allocatable: Mapping[str,
             name, f"label nvidia.com/gpu.sharing-strategy must be none, mps or time-slicing, got {strategy!r}"
         )
     mode = {"none": SharingMode.EXCLUSIVE, "mps": SharingMode.MPS, "time-slicing": SharingMode.TIME_SLICING}[strategy]
-    if (
-        count
-        and gpus_alloc is not None
-        and mode is not SharingMode.EXCLUSIVE
-        and count * replicas == int(str(gpus_alloc))
-        and label_int("nvidia.com/gpu.count") is None
-    ):
-        count = count // replicas  # allocatable counts replicas under the device plugin's sharing
+    if counted_from_allocatable and count and mode is not SharingMode.EXCLUSIVE and replicas > 1:
+        # Under the device plugin's sharing, allocatable counts replicas (GPUs x replicas): 8 GPUs
+        # of 4 replicas advertise 32. Without a gpu.count label that is all there is to go on.
+        if count % replicas:
+            raise _problem(
+                name,
+                f"allocatable nvidia.com/gpu {count} is not a multiple of label nvidia.com/gpu.replicas "
+                f"{replicas}: under {strategy} the device plugin advertises GPUs x replicas; "
+                "label nvidia.com/gpu.count says how many GPUs",
+            )
+        count //= replicas
     return [
         Device(
             str(i),

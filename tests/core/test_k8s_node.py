@@ -84,6 +84,23 @@ def test_gfd_labels_time_slicing() -> None:
     ]
 
 
+@pytest.mark.parametrize("strategy", ["time-slicing", "mps"])
+def test_gfd_sharing_without_a_gpu_count_reads_allocatable_as_gpus_times_replicas(strategy: str) -> None:
+    # no nvidia.com/gpu.count label: 8 GPUs x 4 replicas = 32 advertised, 32 / 4 = 8 GPUs (not 32,
+    # which would offer 32 x 4 = 128 replicas of 8 real GPUs)
+    labels = {
+        "nvidia.com/gpu.product": "Tesla-T4",
+        "nvidia.com/gpu.sharing-strategy": strategy,
+        "nvidia.com/gpu.replicas": "4",
+    }
+    parsed = parse_node(node(labels=labels, allocatable={"nvidia.com/gpu": "32"}))
+    assert [d.index for d in parsed.devices] == list(range(8))
+    assert {d.replicas for d in parsed.devices} == {4}
+    # 30 is no multiple of 4: not a count of replicas, so the node is not served (one clear line)
+    with pytest.raises(InventoryError, match=r"allocatable nvidia.com/gpu 30 is not a multiple of .*replicas 4"):
+        parse_node(node(labels=labels, allocatable={"nvidia.com/gpu": "30"}))
+
+
 def test_gfd_mig_labels_lay_out_a_legal_static_geometry() -> None:
     # 2 GPUs; per GPU 3g (3 slices) + 2g (2) + 2 x 1g (1 each) = 7 slices and 4 + 2 + 1 + 1 = 8 slots
     parsed = parse_node(
