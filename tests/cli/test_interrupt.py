@@ -54,6 +54,20 @@ def alive(pids: set[int]) -> set[int]:
     return out
 
 
+def _ended(process: subprocess.Popen[str], below: set[int]) -> tuple[str, str]:
+    """The stopped command's output once it has ended by itself within DONE_SECONDS, every
+    process it had started gone too; killed (its group) if it has not, and the test fails."""
+    try:
+        stdout, stderr = process.communicate(timeout=DONE_SECONDS)
+        time.sleep(0.5)
+        assert not alive(below | descendants(process.pid)), "a process was left behind"
+        return stdout, stderr
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+
+
 @pytest.mark.parametrize(("signum", "group"), [(signal.SIGINT, True), (signal.SIGTERM, False)], ids=["ctrl-c", "kill"])
 def test_a_stopped_simulation_ends_every_process_and_keeps_the_finished_runs(
     tmp_path: Path, signum: int, group: bool
@@ -78,6 +92,7 @@ def test_a_stopped_simulation_ends_every_process_and_keeps_the_finished_runs(
         text=True,
         start_new_session=True,  # its own process group, as a shell's foreground job
     )
+    below: set[int] = set()
     try:
         # One process per run: a worker seen to end and be replaced means a run finished. Wait
         # for two replacements (the manager and the tracker count among the processes seen).
@@ -97,13 +112,8 @@ def test_a_stopped_simulation_ends_every_process_and_keeps_the_finished_runs(
             assert time.monotonic() - sent < STOP_SECONDS, f"still running: {[_cmdline(p) for p in alive(below)]}"
             time.sleep(0.02)
         stopped_after = time.monotonic() - sent
-        stdout, stderr = process.communicate(timeout=DONE_SECONDS)
-        time.sleep(0.5)
-        assert not alive(below | descendants(process.pid)), "a process was left behind"
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
+        stdout, stderr = _ended(process, below)
     assert process.returncode == 128 + signum, stderr
     last = stderr.strip().splitlines()[-1]
     found = re.fullmatch(
@@ -115,7 +125,9 @@ def test_a_stopped_simulation_ends_every_process_and_keeps_the_finished_runs(
     assert found[1] == ("Ctrl-C" if group else "SIGTERM")
     assert found[4] == f"{out}/ (summary.csv, curves.csv, table.md); no plots (stopped: run it again to draw them)"
     finished = int(found[2])
-    assert 1 <= finished < SEEDS and int(found[3]) == SEEDS
+    # the signal came after two runs had ended and while others ran or waited: some, not all
+    assert 1 <= finished < SEEDS, found[2]
+    assert int(found[3]) == SEEDS, found[3]
     with (out / "summary.csv").open() as handle:
         assert len(list(csv.DictReader(handle))) == finished
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
@@ -143,16 +155,12 @@ def test_ctrl_c_at_any_moment_ends_the_command_and_every_process(tmp_path: Path,
         text=True,
         start_new_session=True,
     )
+    below: set[int] = set()
     try:
         time.sleep(after)
         below = descendants(process.pid)
         os.killpg(process.pid, signal.SIGINT)
-        _, stderr = process.communicate(timeout=DONE_SECONDS)
-        time.sleep(0.5)
-        assert not alive(below | descendants(process.pid)), "a process was left behind"
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
+        _, stderr = _ended(process, below)
     assert process.returncode == 128 + signal.SIGINT, stderr
     assert "Traceback" not in stderr, stderr
