@@ -20,6 +20,11 @@
   ``nvidia.com/*`` only, and kube-scheduler only needs the node to advertise it (nodes
   without the agent do not, so such pods go only to nodes with the agent). Without the
   agent the downward-API environment below is all a container gets: the documented fallback;
+* with GPU units (``units_resource`` set, ``GPUSLICE_UNITS_RESOURCE``), asks that node-level
+  resource (``gpuslice.io/gpu-units``) once per pod, on its first GPU container, by
+  :func:`scheduler.core.units.pod_units` (a lower bound of the pod's GPU footprint: nothing
+  when none is safe), and removes it from any other container: kube-scheduler's
+  NodeResourcesFit then sees a node short of GPU, and its preemption proposes it;
 * removes the annotations only gpuslice writes (``allocation``, ``bind-phase``,
   ``visible-devices``, ``mps-*``...) from any new pod, so nobody claims a share the
   scheduler did not give.
@@ -54,6 +59,7 @@ from scheduler.core.errors import ConfigError, GpusliceError, RequestError
 from scheduler.core.inventory import SharingMode
 from scheduler.core.policies import REGISTRY
 from scheduler.core.request import DEFAULT_PREFIX, OUTPUT_KEYS, GpuKind, GpuRequest, parse_pod
+from scheduler.core.units import pod_units
 
 API_VERSION: Final = "admission.k8s.io/v1"
 KIND: Final = "AdmissionReview"
@@ -99,6 +105,8 @@ class WebhookConfig:
     trusted_users: frozenset[str] = frozenset()
     trusted_groups: frozenset[str] = frozenset({"system:masters"})
     share_resource: str = ""  # the node agent's resource, such as gpuslice.io/share ("": no agent)
+    # the node-level resource of GPU units the nodes advertise, such as gpuslice.io/gpu-units ("": none)
+    units_resource: str = ""
     # (namespace, GPU request) -> a warning when the pod could never fit its namespace's GPU
     # quota (the service that serves the webhook knows the quotas); None: no such check
     quota_advice: Callable[[str, GpuRequest], str | None] | None = field(default=None, compare=False)
@@ -107,12 +115,18 @@ class WebhookConfig:
     placement: Callable[[str, str], Placement] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if self.share_resource and (
-            self.share_resource.count("/") != 1 or self.share_resource.startswith("nvidia.com/")
+        for name, value, example in (
+            ("shareResource", self.share_resource, "gpuslice.io/share"),
+            ("unitsResource", self.units_resource, "gpuslice.io/gpu-units"),
         ):
+            if value and (value.count("/") != 1 or value.startswith("nvidia.com/")):
+                raise ConfigError(
+                    f"webhook.{name}: {value!r} must be an extended resource of the node agent, "
+                    f"such as {example!r} (not an nvidia.com/ resource)"
+                )
+        if self.units_resource and self.units_resource == self.share_resource:
             raise ConfigError(
-                f"webhook.shareResource: {self.share_resource!r} must be the node agent's extended resource, "
-                "such as 'gpuslice.io/share' (not an nvidia.com/ resource)"
+                f"webhook.unitsResource: {self.units_resource!r} must differ from webhook.shareResource"
             )
         if not self.prefix.endswith("/") or len(self.prefix) < 2 or " " in self.prefix:
             raise ConfigError(
@@ -134,6 +148,7 @@ class WebhookConfig:
         users = frozenset({f"system:serviceaccount:{namespace}:{account}"}) if namespace and account else frozenset()
         return cls(
             share_resource=environ.get("GPUSLICE_SHARE_RESOURCE", ""),
+            units_resource=environ.get("GPUSLICE_UNITS_RESOURCE", ""),
             prefix=prefix or environ.get("GPUSLICE_PREFIX") or DEFAULT_PREFIX,
             policies=frozenset(REGISTRY),
             trusted_users=users,
@@ -361,22 +376,54 @@ def _env_ops(
     return ops
 
 
-def _share_ops(section: str, index: int, container: Mapping[str, Any], resource: str) -> list[dict[str, Any]]:
-    """JSON Patch ops that set ``resource: "1"`` in the container's limits (and requests, if it
-    has that resource there: an extended resource's request must equal its limit)."""
+def _share_ops(
+    section: str, index: int, container: Mapping[str, Any], amounts: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """JSON Patch ops that set each ``resource: amount`` in the container's limits (and requests,
+    if it has that resource there: an extended resource's request must equal its limit)."""
+    if not amounts:
+        return []
     resources = container.get("resources")
     base = ("spec", section, index, "resources")
     if not isinstance(resources, Mapping):
-        return [{"op": "add", "path": pointer(*base), "value": {"limits": {resource: "1"}}}]
+        return [{"op": "add", "path": pointer(*base), "value": {"limits": dict(amounts)}}]
     ops: list[dict[str, Any]] = []
     for part in ("limits", "requests"):
         values = resources.get(part)
-        if part == "requests" and not (isinstance(values, Mapping) and resource in values):
+        wanted = {r: a for r, a in amounts.items() if part == "limits" or (isinstance(values, Mapping) and r in values)}
+        if not wanted:
             continue
         if not isinstance(values, Mapping):
-            ops.append({"op": "add", "path": pointer(*base, part), "value": {resource: "1"}})
-        elif values.get(resource) != "1":
-            ops.append({"op": "add", "path": pointer(*base, part, resource), "value": "1"})
+            ops.append({"op": "add", "path": pointer(*base, part), "value": wanted})
+            continue
+        for resource, amount in wanted.items():
+            if values.get(resource) != amount:
+                ops.append({"op": "add", "path": pointer(*base, part, resource), "value": amount})
+    return ops
+
+
+def _resource_ops(pod: Mapping[str, Any], gpu: GpuRequest, config: WebhookConfig) -> list[dict[str, Any]]:
+    """The node agent's share (one per GPU container) and the pod's GPU units
+    (:func:`~scheduler.core.units.pod_units`, asked once: on the first GPU container, and
+    removed from any other container, since kube-scheduler sums the containers' requests)."""
+    units = pod_units(gpu) if config.units_resource else 0
+    targets = [(section, index) for section, index, _ in gpu_containers(pod)]
+    first = targets[0] if targets else None
+    ops: list[dict[str, Any]] = []
+    for section, index, container in _containers(_spec(pod)):
+        amounts: dict[str, str] = {}
+        if config.share_resource and (section, index) in targets:
+            amounts[config.share_resource] = "1"
+        if units and (section, index) == first:
+            amounts[config.units_resource] = str(units)
+        ops.extend(_share_ops(section, index, container, amounts))
+        if config.units_resource and config.units_resource not in amounts:
+            resources = container.get("resources")
+            for part in ("limits", "requests"):
+                values = resources.get(part) if isinstance(resources, Mapping) else None
+                if isinstance(values, Mapping) and config.units_resource in values:
+                    path = pointer("spec", section, index, "resources", part, config.units_resource)
+                    ops.append({"op": "remove", "path": path})
     return ops
 
 
@@ -421,8 +468,7 @@ def _mutate_pod(req: _Request, config: WebhookConfig) -> _Decision:
     wanted = wanted_env(gpu, config.prefix)
     for section, index, container in gpu_containers(pod):
         decision.patch.extend(_env_ops(section, index, container, wanted))
-        if config.share_resource:
-            decision.patch.extend(_share_ops(section, index, container, config.share_resource))
+    decision.patch.extend(_resource_ops(pod, gpu, config))
     return decision
 
 
