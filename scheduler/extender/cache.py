@@ -99,7 +99,8 @@ def _slim(obj: Mapping[str, Any]) -> Mapping[str, Any]:
             ]
         elif listed is not None:
             slim_spec[field_name] = listed
-    slim_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "annotations") if k in meta}
+    kept = ("name", "namespace", "uid", "resourceVersion", "annotations", "deletionTimestamp")  # deletion: preempt
+    slim_meta = {k: meta[k] for k in kept if k in meta}
     owners = meta.get("ownerReferences")
     if isinstance(owners, list):  # the managing controller only: defragmentation moves only pods one recreates
         slim_meta["ownerReferences"] = [

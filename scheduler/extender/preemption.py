@@ -1,27 +1,30 @@
-"""The preempt verb's decision, node by node: which of kube-scheduler's proposed victims to keep.
+"""The preempt verb's decision, node by node: which pods to evict so that the pod fits there.
 
 kube-scheduler proposes victims per node by its own filters (CPU, memory, pod room, affinity,
-ports, ...) and by priority; it cannot see GPU shares. Per candidate node gpuslice answers a
-subset of the proposal (never a pod kube-scheduler did not name: it maps each UID back to a
-pod on that node and fails the call otherwise):
+ports, and the GPU units of :mod:`scheduler.core.units`) and by priority; it cannot see which
+GPU a share is on. Its answer may name any pod on that node (it maps each UID back to a pod on
+the node, not to its proposal), so per candidate node gpuslice answers:
 
-* a victim that holds no share gpuslice counts on the node (a pod without a GPU request, or
-  one another scheduler placed), and a victim whose UID gpuslice does not know (a pod created
-  since its last watch event), is kept: kube-scheduler chose it for a reason gpuslice cannot
-  judge, and releasing it frees no share gpuslice sees;
-* among the victims that hold shares, the fewest whose release lets the pod fit
+* a proposed victim that holds no share gpuslice counts on the node (a pod without a GPU
+  request, or one another scheduler placed), and one whose UID gpuslice does not know (a pod
+  created since its last watch event), is kept: kube-scheduler chose it for a reason gpuslice
+  cannot judge, and releasing it frees no share gpuslice sees;
+* among the pods that hold shares on the node, the proposed victims and every other pod of
+  strictly lower priority than the preemptor (kube-scheduler's own eligibility rule) that is
+  not already being deleted, the fewest whose release lets the pod fit
   (:func:`scheduler.core.preempt.choose_victims`: one concrete share, then the least important,
   then the least GPU), with the node's CPU, memory and pod room counted over every live pod on
   it, the pods gpuslice does not place included (from their requests): a victim kube-scheduler
   needed for CPU or memory is never given back. If a pod on the node has requests gpuslice
   cannot read, its CPU and memory are unknown: the node keeps the whole proposal when evicting
   it frees a share, else it is dropped;
-* a node gpuslice does not know, or where no subset of the proposal frees a share, is dropped;
+* a node gpuslice does not know, or where no set of those pods frees a share, is dropped;
 * a node where the pod fits with no victim at all (kube-scheduler proposed them for its own
   reasons) keeps the proposal as it is: kube-scheduler refuses an answer without victims;
 * NumPDBViolations: kube-scheduler counts the violations of its proposal, not which victims
   cause them; the answer keeps its count, at most the number of victims answered (as if every
-  violating victim were among those kept: never fewer than there may be).
+  violating victim were among those kept: never fewer than there may be). gpuslice does not
+  read PodDisruptionBudgets: a victim beyond the proposal is not counted.
 
 GPU quotas. For a pod whose namespace has a GPUQuota, what it would hold counts against what
 the namespace holds (:mod:`scheduler.core.quota`); evicting another namespace's pod frees none
@@ -84,19 +87,28 @@ class _Node:
     keys: Mapping[str, str]  # victim UID -> pod key, for the UIDs the cache knows
     priorities: Mapping[str, int]  # pod key -> spec.priority
     others: Sequence[tuple[str, Mapping[str, Any]]]  # live pods on the node the state does not hold
+    eligible: Mapping[str, tuple[str, int]]  # pod key -> (UID, priority): share holders below the preemptor
 
 
-def _gather(cache: ClusterCache, proposal: Mapping[str, NodeVictims]) -> dict[str, _Node]:
-    """Everything the decision reads of the cache, in one pass over its pods (under its lock)."""
+def _gather(cache: ClusterCache, proposal: Mapping[str, NodeVictims], priority: int | None) -> dict[str, _Node]:
+    """Everything the decision reads of the cache, in one pass over its pods (under its lock).
+    ``priority``: the preemptor's; the pods holding shares below it are eligible (None: none)."""
     wanted = set(proposal)
     with cache.lock:
         others: dict[str, list[tuple[str, Mapping[str, Any]]]] = {name: [] for name in wanted}
+        eligible: dict[str, dict[str, tuple[str, int]]] = {name: {} for name in wanted}
         states = {name: cache.state(name) for name in wanted}
         held = {name: {k for k, _ in state.pods} for name, state in states.items() if state is not None}
         for key, view in cache.pods.items():
             on_node = held.get(view.node)
-            if on_node is not None and key not in on_node and not has_ended(view.obj):
+            if on_node is None or has_ended(view.obj):
+                continue
+            if key not in on_node:
                 others[view.node].append((key, view.obj))
+            elif priority is not None and view.uid and not _deleting(view.obj):
+                below = priority_of(view.obj)
+                if below < priority:
+                    eligible[view.node][key] = (view.uid, below)
         out: dict[str, _Node] = {}
         for name, victims in proposal.items():
             keys: dict[str, str] = {}
@@ -107,8 +119,14 @@ def _gather(cache: ClusterCache, proposal: Mapping[str, NodeVictims]) -> dict[st
                     keys[uid] = found
                     pod = cache.pods.get(found)
                     priorities[found] = priority_of(pod.obj) if pod is not None else 0
-            out[name] = _Node(states[name], cache.problem(name), keys, priorities, others[name])
+            out[name] = _Node(states[name], cache.problem(name), keys, priorities, others[name], eligible[name])
     return out
+
+
+def _deleting(obj: Mapping[str, Any]) -> bool:
+    """Whether the pod is already being deleted (evicting it again frees nothing sooner)."""
+    meta = obj.get("metadata")
+    return isinstance(meta, Mapping) and bool(meta.get("deletionTimestamp"))
 
 
 def _host_complete(state: NodeState, others: Sequence[tuple[str, Mapping[str, Any]]], prefix: str) -> NodeState | None:
@@ -130,9 +148,11 @@ def decide(
     prefix: str,
     budget: int = BUDGET,
     quota: QuotaView | None = None,
+    priority: int | None = None,
 ) -> dict[str, Verdict]:
-    """Per proposed node, the victims to answer (see the module)."""
-    gathered = _gather(cache, proposal)
+    """Per proposed node, the victims to answer (see the module). ``priority``: the preemptor's
+    ``spec.priority``; None chooses among the proposed victims only."""
+    gathered = _gather(cache, proposal, priority)
     limit = max(MIN_PER_NODE, budget // max(1, len(proposal)))
     return {
         name: _decide_node(demand, victims, gathered[name], prefix, limit, quota) for name, victims in proposal.items()
@@ -160,6 +180,11 @@ def _decide_node(
             continue  # held back by its own quota: another namespace's share frees none of it
         candidates.append(Candidate(key, given if given is not None else node.priorities.get(key, 0)))
         by_key[key] = uid
+    for key, (uid, below) in node.eligible.items():  # beyond the proposal: any pod below the preemptor
+        if key in by_key or uid in kept or (blocked is not None and quota is not None and namespace_of(key) != quota.namespace):
+            continue
+        candidates.append(Candidate(key, below))
+        by_key[key] = uid
     if blocked is not None and not candidates:
         return Verdict((), 0, f"dropped: no proposed victim of the pod's namespace to free its quota; {blocked}")
     complete = _host_complete(state, node.others, prefix)
@@ -169,10 +194,11 @@ def _decide_node(
         )
     if complete is None:
         for candidate in candidates:
-            state = state.release(candidate.key)
+            if by_key[candidate.key] in victims.uids:  # the proposal only: it is answered whole
+                state = state.release(candidate.key)
         if not fit(demand, state):
             return Verdict((), 0, "dropped: evicting every proposed victim frees no share")
-        return _verdict(victims, set(victims.uids), "whole proposal: a pod's requests on the node cannot be read")
+        return _verdict(victims, victims.uids, "whole proposal: a pod's requests on the node cannot be read")
     for uid in kept:  # what kube-scheduler evicts anyway (pods without a share hold CPU and memory)
         key = node.keys.get(uid)
         if key is not None:
@@ -186,10 +212,15 @@ def _decide_node(
             return Verdict((), 0, f"dropped: {within}")
         choice = within
     if not choice.victims and not kept:
-        return _verdict(victims, set(victims.uids), "whole proposal: the pod fits without evicting a pod with a share")
-    chosen = set(kept) | {by_key[k] for k in choice.victims}
+        return _verdict(victims, victims.uids, "whole proposal: the pod fits without evicting a pod with a share")
+    chosen = [*kept, *(by_key[k] for k in choice.victims)]
     how = "the fewest" if choice.fewest else "minimal (search bounded)"
-    return _verdict(victims, chosen, f"{len(choice.victims)} of {len(candidates)} victims with shares ({how})")
+    beyond = sum(1 for k in choice.victims if by_key[k] not in victims.uids)
+    return _verdict(
+        victims,
+        chosen,
+        f"{len(choice.victims)} of {len(candidates)} pods with shares ({how}; {beyond} beyond the proposal)",
+    )
 
 
 def _within_quota(
@@ -225,6 +256,8 @@ def _within_quota(
         allocation = found.allocations[0]
 
 
-def _verdict(victims: NodeVictims, chosen: set[str], why: str) -> Verdict:
-    uids = tuple(u for u in victims.uids if u in chosen)
+def _verdict(victims: NodeVictims, chosen: Sequence[str], why: str) -> Verdict:
+    """The chosen UIDs, the proposed ones in the proposal's order, then the others in the chosen order."""
+    wanted = set(chosen)
+    uids = (*(u for u in victims.uids if u in wanted), *dict.fromkeys(u for u in chosen if u not in victims.uids))
     return Verdict(uids, min(victims.pdb_violations, len(uids)), why)

@@ -23,7 +23,7 @@ from scheduler.backend import Backend, Placement, PodRef
 from scheduler.core.allocation import Allocation
 from scheduler.core.board import Outcomes, Status
 from scheduler.core.errors import RecordError, RequestError
-from scheduler.core.pods import key_of, pod_key
+from scheduler.core.pods import key_of, pod_key, priority_of
 from scheduler.core.policies import REGISTRY, Policy, tell
 from scheduler.core.quota import NOTHING, charge, least_charge, limits_json, refusal, status_json
 from scheduler.core.request import GpuKind, GpuRequest, PodRequest, parse_pod
@@ -443,7 +443,9 @@ class Extender:
             if quotas:
                 used = self.cache.namespace_use(request.namespace, without=request.key)
                 quota = preemption.QuotaView(request.namespace, quotas, used)
-        verdicts = preemption.decide(request.demand, args.victims, self.cache, self.config.prefix, quota=quota)
+        verdicts = preemption.decide(
+            request.demand, args.victims, self.cache, self.config.prefix, quota=quota, priority=priority_of(args.pod)
+        )
         kept = {node: (v.uids, v.pdb_violations) for node, v in verdicts.items() if v.uids}
         log.info(
             "preempt",

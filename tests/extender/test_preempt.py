@@ -140,3 +140,39 @@ def test_malformed_victims_are_refused_with_no_candidates(svc: Any, victims: Any
     response = svc.http.post("/preempt", json={"Pod": k8s_pod("p", gpu_fraction="0.5"), "NodeNameToVictims": victims})
     assert response.json() == {"NodeNameToMetaVictims": None}
     assert fragment in response.headers["X-Gpuslice-Error"]
+
+
+def prioritised(pod: dict[str, Any], priority: int) -> dict[str, Any]:
+    return dict(pod, spec={**pod["spec"], "priority": priority})
+
+
+def test_victims_beyond_the_proposal_on_the_right_gpu(svc: Any) -> None:
+    # kube-scheduler proposes a (GPU 0, priority 3) alone: a whole GPU needs GPU 0 emptied (a and b)
+    # or c (GPU 1). A preemptor of priority 2 may evict b and c (priority 1) but not a unproposed:
+    # c alone is the fewest, on the right GPU, though kube-scheduler did not name it.
+    pod = prioritised(k8s_pod("p", gpu_count="1"), 2)
+    assert answer(svc, pod, {"mps": meta(A, violations=1)}) == {
+        "mps": {"Pods": [{"UID": "uid-default-c"}], "NumPDBViolations": 1}
+    }
+    # a fraction: b (priority 1, 500) frees half of GPU 0 and beats the proposed a (priority 3)
+    assert answer(svc, prioritised(k8s_pod("q", gpu_fraction="0.5"), 2), {"mps": meta(A)}) == {
+        "mps": {"Pods": [{"UID": "uid-default-b"}], "NumPDBViolations": 0}
+    }
+
+
+def test_only_pods_of_strictly_lower_priority_are_added(svc: Any) -> None:
+    # priority 1: b and c are not below it (kube-scheduler's rule is strictly lower), so only the
+    # proposed a may go, and a alone frees no whole GPU: the node is dropped
+    assert answer(svc, prioritised(k8s_pod("p", gpu_count="1"), 1), {"mps": meta(A)}) is None
+
+
+def test_a_pod_already_being_deleted_is_not_added(serve: Any) -> None:
+    # GPU 0: d (whole, being deleted); GPU 1: f (whole). The pod wants a whole GPU; kube-scheduler
+    # proposes f. d would tie with f on every count and come first by name, but its deletion is
+    # under way: evicting it again frees nothing sooner, and the pod would wait for it anyway.
+    d = holding("d", "n", 0, 1000, priority=0)
+    d["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    f = holding("f", "n", 1, 1000, priority=0)
+    svc = serve(k8s_node("n", gpus=2), d, f)
+    got = answer(svc, prioritised(k8s_pod("p", gpu_count="1"), 5), {"n": meta(f)})
+    assert got == {"n": {"Pods": [{"UID": "uid-default-f"}], "NumPDBViolations": 0}}
