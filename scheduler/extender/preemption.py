@@ -181,7 +181,11 @@ def _decide_node(
         candidates.append(Candidate(key, given if given is not None else node.priorities.get(key, 0)))
         by_key[key] = uid
     for key, (uid, below) in node.eligible.items():  # beyond the proposal: any pod below the preemptor
-        if key in by_key or uid in kept or (blocked is not None and quota is not None and namespace_of(key) != quota.namespace):
+        if (
+            key in by_key
+            or uid in kept
+            or (blocked is not None and quota is not None and namespace_of(key) != quota.namespace)
+        ):
             continue
         candidates.append(Candidate(key, below))
         by_key[key] = uid

@@ -125,9 +125,7 @@ class WebhookConfig:
                     f"such as {example!r} (not an nvidia.com/ resource)"
                 )
         if self.units_resource and self.units_resource == self.share_resource:
-            raise ConfigError(
-                f"webhook.unitsResource: {self.units_resource!r} must differ from webhook.shareResource"
-            )
+            raise ConfigError(f"webhook.unitsResource: {self.units_resource!r} must differ from webhook.shareResource")
         if not self.prefix.endswith("/") or len(self.prefix) < 2 or " " in self.prefix:
             raise ConfigError(
                 f"webhook.prefix: {self.prefix!r} must be a DNS-style prefix ending in '/', such as {DEFAULT_PREFIX!r}"

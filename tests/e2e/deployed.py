@@ -20,6 +20,9 @@ from typing import Any
 import httpx
 import yaml
 
+from scheduler.core.errors import GpusliceError
+from scheduler.core.k8s import parse_node
+from scheduler.core.units import node_units
 from tests.deploy.manifests import MANIFESTS
 from tests.e2e.controlplane import ApiError, Client, ControlPlane, kubeconfig, wait_for
 from tests.e2e.kustomize import render
@@ -28,6 +31,7 @@ NAMESPACE = "gpuslice"
 ACCOUNT = "gpuslice"
 SHARE_RESOURCE = "gpuslice.io/share"
 SHARE_SLOTS = "128"  # what the agent advertises by default (shareSlots)
+UNITS_RESOURCE = "gpuslice.io/gpu-units"  # the GPU units (scheduler.core.units) the agent advertises
 
 
 def shipped() -> list[dict[str, Any]]:
@@ -66,12 +70,23 @@ def put_node(client: Client, node: dict[str, Any]) -> None:
             raise
         client.merge_patch(path, body)
     status = dict(node.get("status") or {})
+    advertised = {SHARE_RESOURCE: SHARE_SLOTS, **gpu_units(node)}
     for key in ("allocatable", "capacity"):
-        status[key] = {**status.get("allocatable", {}), **status.get(key, {}), SHARE_RESOURCE: SHARE_SLOTS}
+        status[key] = {**status.get("allocatable", {}), **status.get(key, {}), **advertised}
     client.merge_patch(f"{path}/status", {"status": status})
     # The API server's TaintNodesByCondition admission gives a new Node the not-ready taint; the
     # node lifecycle controller lifts it once the kubelet reports Ready. No kubelet runs here.
     client.merge_patch(path, {"spec": {"taints": node.get("spec", {}).get("taints") or None}})
+
+
+def gpu_units(node: dict[str, Any]) -> dict[str, str]:
+    """The GPU units the node's agent would advertise (scheduler.core.units), from its inventory
+    as gpuslice reads it; none for a node gpuslice cannot read (no GPUs it serves)."""
+    try:
+        parsed = parse_node(node, "gpuslice.io/")
+    except GpusliceError:
+        return {}
+    return {UNITS_RESOURCE: str(node_units(parsed))} if parsed.devices else {}
 
 
 def tls_context(ca: Path) -> ssl.SSLContext:
@@ -119,6 +134,7 @@ class Gpuslice:
                 "GPUSLICE_NAMESPACE": NAMESPACE,
                 "GPUSLICE_SERVICE_ACCOUNT": ACCOUNT,
                 "GPUSLICE_SHARE_RESOURCE": SHARE_RESOURCE,
+                "GPUSLICE_UNITS_RESOURCE": UNITS_RESOURCE,
                 **self.env,
             },
         )
