@@ -44,6 +44,7 @@ from scheduler.core.allocation import Allocation, DeviceShare, decode_record
 from scheduler.core.errors import GpusliceError, InventoryError, RecordError
 from scheduler.core.inventory import Node, SharingMode
 from scheduler.core.k8s import inventory_annotation, parse_node
+from scheduler.core.units import node_units
 
 from .cluster import Json, NodeCluster, ObjectRef, PodResources
 from .config import AgentConfig
@@ -512,6 +513,12 @@ class Agent:
         """The inventory annotation the hardware gives now."""
         with self._lock:
             return inventory_annotation(self._node()[0])
+
+    def gpu_units(self) -> int:
+        """The GPU units the node advertises (:func:`scheduler.core.units.node_units` of the
+        inventory the hardware gives now): what kube-scheduler's NodeResourcesFit checks."""
+        with self._lock:
+            return node_units(self._node()[0])
 
     def _publish(self) -> bool:
         """Write the inventory if it changed; a failure is a problem of this round, retried next tick."""

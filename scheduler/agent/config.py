@@ -4,6 +4,8 @@ node: gpu-1                        # default: --node, else $NODE_NAME
 prefix: gpuslice.io/
 resource: gpuslice.io/share        # the extended resource the webhook adds to gpuslice pods
 shareSlots: 128                    # devices advertised for it (>= GPU containers on the node)
+unitsResource: gpuslice.io/gpu-units   # the node's GPU units ("": not advertised; match GPUSLICE_UNITS_RESOURCE)
+unitsSocketName: gpuslice-units.sock
 devicePluginDir: /var/lib/kubelet/device-plugins
 socketName: gpuslice.sock
 podResourcesSocket: /var/lib/kubelet/pod-resources/kubelet.sock   # "" : not used
@@ -59,6 +61,8 @@ from scheduler.core.inventory import DEFAULT_MPS_CLIENTS, SharingMode
 from scheduler.core.request import DEFAULT_PREFIX
 
 DEFAULT_RESOURCE = "gpuslice.io/share"
+DEFAULT_UNITS_RESOURCE = "gpuslice.io/gpu-units"
+UNITS_SOCKET_NAME = "gpuslice-units.sock"
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 SOCKET_NAME = "gpuslice.sock"
 POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -75,6 +79,8 @@ _TOP_KEYS = (
     "prefix",
     "resource",
     "shareSlots",
+    "unitsResource",
+    "unitsSocketName",
     "devicePluginDir",
     "socketName",
     "podResourcesSocket",
@@ -158,6 +164,8 @@ class AgentConfig:
     share_slots: int = 128
     device_plugin_dir: str = DEVICE_PLUGIN_DIR
     socket_name: str = SOCKET_NAME
+    units_resource: str = DEFAULT_UNITS_RESOURCE  # "": the GPU units are not advertised
+    units_socket_name: str = UNITS_SOCKET_NAME
     pod_resources_socket: str = POD_RESOURCES_SOCKET
     cdi_kind: str = CDI_KIND
     sharing: Sharing = field(default_factory=Sharing)
@@ -322,6 +330,13 @@ def load_config(path: str | None, node: str, environ: Mapping[str, str]) -> Agen
     resource = _str("agent.resource", body.get("resource", DEFAULT_RESOURCE))
     if not _RESOURCE.match(resource):
         raise ConfigError(f"agent.resource: {resource!r} must be an extended resource name such as {DEFAULT_RESOURCE}")
+    units = _str("agent.unitsResource", body.get("unitsResource", DEFAULT_UNITS_RESOURCE), empty=True)
+    if units and (not _RESOURCE.match(units) or units == resource):
+        raise ConfigError(
+            f"agent.unitsResource: {units!r} must be an extended resource name other than agent.resource, "
+            f"such as {DEFAULT_UNITS_RESOURCE} (or \"\" not to advertise GPU units)"
+        )
+    units_socket = _str("agent.unitsSocketName", body.get("unitsSocketName", UNITS_SOCKET_NAME))
     sharing = _sharing("agent.sharing", body.get("sharing"), Sharing())
     per_gpu: dict[int, Sharing] = {}
     plugin_file = _str("agent.nvidiaDevicePluginConfig", body.get("nvidiaDevicePluginConfig", ""), empty=True)
@@ -358,6 +373,8 @@ def load_config(path: str | None, node: str, environ: Mapping[str, str]) -> Agen
         share_slots=_int("agent.shareSlots", body.get("shareSlots", 128), 1, 4096),
         device_plugin_dir=_str("agent.devicePluginDir", body.get("devicePluginDir", DEVICE_PLUGIN_DIR)),
         socket_name=_str("agent.socketName", body.get("socketName", SOCKET_NAME)),
+        units_resource=units,
+        units_socket_name=units_socket,
         pod_resources_socket=_str(
             "agent.podResourcesSocket", body.get("podResourcesSocket", POD_RESOURCES_SOCKET), empty=True
         ),

@@ -85,7 +85,9 @@ def _serve(config: AgentConfig, gpus: Gpus, cluster: NodeCluster, stop: threadin
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-    plugin = DevicePlugin(agent)
+    plugins = [DevicePlugin(agent)]
+    if config.units_resource:
+        plugins.append(DevicePlugin(agent, units=True))
     health = Health(config.poll_s, time.monotonic)
     server = None
     if config.metrics.port:
@@ -100,7 +102,8 @@ def _serve(config: AgentConfig, gpus: Gpus, cluster: NodeCluster, stop: threadin
             agent.tick()
             health.round_done()
             try:
-                plugin.check()
+                for plugin in plugins:
+                    plugin.check()
                 said = ""
             except PluginError as exc:
                 if str(exc) != said:
@@ -110,6 +113,7 @@ def _serve(config: AgentConfig, gpus: Gpus, cluster: NodeCluster, stop: threadin
     finally:
         if server is not None:
             server.stop()
-        plugin.stop()
+        for plugin in plugins:
+            plugin.stop()
         cluster.stop()
         mps.stop()

@@ -7,6 +7,12 @@ requests the resource gets one, and ``Allocate`` answers it from the record of t
 admitted (:meth:`Agent.allocate`). A kubelet that restarts removes every plugin socket and
 opens a new ``kubelet.sock``: :meth:`DevicePlugin.check`, called every tick, sees either
 and serves and registers again.
+
+A second plugin (``units=True``) advertises the node's GPU units (``unitsResource``, on
+``unitsSocketName``): :func:`scheduler.core.units.node_units` interchangeable devices
+(``unit-0000``...), listed again whenever the inventory changes their number. They are no
+devices: the kubelet only counts them into the node's capacity, where kube-scheduler's
+NodeResourcesFit reads them, and their ``Allocate`` hands a container nothing.
 """
 
 from __future__ import annotations
@@ -95,6 +101,28 @@ class _Servicer(pb_grpc.DevicePluginServicer):
         return pb.PreStartContainerResponse()
 
 
+def unit_ids(count: int) -> tuple[str, ...]:
+    return tuple(f"unit-{i:04d}" for i in range(count))
+
+
+class _UnitsServicer(_Servicer):
+    """The GPU units: as many devices as the inventory's units, listed again when that changes."""
+
+    def ListAndWatch(self, request: pb.Empty, context: Any) -> Iterator[pb.ListAndWatchResponse]:
+        listed = -1
+        while context.is_active():
+            count = self._agent.gpu_units()
+            if count != listed:
+                listed = count
+                yield pb.ListAndWatchResponse(devices=[pb.Device(ID=i, health=HEALTHY) for i in unit_ids(count)])
+            if self._stop.wait(0.5):
+                return
+
+    def Allocate(self, request: pb.AllocateRequest, context: Any) -> pb.AllocateResponse:
+        # a unit hands the container nothing: the share's own plugin does (the record's devices)
+        return pb.AllocateResponse(container_responses=[pb.ContainerAllocateResponse() for _ in request.container_requests])
+
+
 def _stat(path: Path) -> tuple[int, int] | None:
     try:
         st = path.stat()
@@ -104,11 +132,15 @@ def _stat(path: Path) -> tuple[int, int] | None:
 
 
 class DevicePlugin:
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent, units: bool = False) -> None:
+        """The share's plugin, or with ``units`` the GPU units' (see the module)."""
         self._agent = agent
         config = agent.config
         self.directory = Path(config.device_plugin_dir)
-        self.socket = self.directory / config.socket_name
+        self.units = units
+        self.resource = config.units_resource if units else config.resource
+        self.endpoint = config.units_socket_name if units else config.socket_name
+        self.socket = self.directory / self.endpoint
         self._server: Any = None
         self._stop = threading.Event()
         self._kubelet: tuple[int, int] | None = None
@@ -118,7 +150,8 @@ class DevicePlugin:
         self._shutdown()
         self._stop = threading.Event()
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="device-plugin"))
-        pb_grpc.add_DevicePluginServicer_to_server(_Servicer(self._agent, self._stop), server)  # type: ignore[no-untyped-call]
+        servicer = (_UnitsServicer if self.units else _Servicer)(self._agent, self._stop)
+        pb_grpc.add_DevicePluginServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
         try:
             if self.socket.exists():
                 self.socket.unlink()
@@ -139,8 +172,8 @@ class DevicePlugin:
         kubelet = self.directory / KUBELET_SOCKET
         request = pb.RegisterRequest(
             version=API_VERSION,
-            endpoint=self._agent.config.socket_name,
-            resource_name=self._agent.config.resource,
+            endpoint=self.endpoint,
+            resource_name=self.resource,
             options=pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True),
         )
         try:
@@ -150,7 +183,7 @@ class DevicePlugin:
             raise PluginError(f"registration with the kubelet ({kubelet}) failed: {exc.details() or exc}") from exc
         self._kubelet = _stat(kubelet)
         self.registrations += 1
-        log.info("registered %s with the kubelet (socket %s)", self._agent.config.resource, self.socket)
+        log.info("registered %s with the kubelet (socket %s)", self.resource, self.socket)
 
     def start(self) -> None:
         """Serve and register (PluginError if either fails)."""

@@ -175,3 +175,11 @@ def test_every_key_is_in_the_docs_table() -> None:
     first_cells = [line.split("|")[1] for line in docs.splitlines() if line.startswith("| `")]
     documented = {name for cell in first_cells for name in re.findall(r"`([A-Za-z]+)`", cell)}
     assert set(_TOP_KEYS) - documented == set()
+
+
+def test_the_gpu_units_resource_is_on_by_default_and_checked(tmp_path: Path) -> None:
+    assert load_config(None, "n1", {}).units_resource == "gpuslice.io/gpu-units"
+    assert config(tmp_path, {"unitsResource": ""}).units_resource == ""  # not advertised
+    for bad in ("units", "gpuslice.io/share"):
+        with pytest.raises(ConfigError, match=r"agent\.unitsResource: .* other than agent\.resource"):
+            config(tmp_path, {"unitsResource": bad})

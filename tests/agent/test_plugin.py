@@ -13,6 +13,7 @@ import pytest
 from scheduler.agent.agent import Agent
 from scheduler.agent.plugin import DevicePlugin, PluginError
 from scheduler.agent.podresources import KubeletPodResources, PodResourcesError
+from scheduler.agent.proto import deviceplugin_pb2 as pb
 from tests.agent.kit import SHARE, Cluster, make_agent
 from tests.agent.kubelet import FakeKubelet
 from tests.agent.test_stories import CONFIG, node_gpus
@@ -207,3 +208,24 @@ def test_a_whole_gpu_listing_mig_is_handed_the_full_instance_it_made_as_a_cdi_de
     plain = bench.cluster.create_pod("whole", gpu_count="1")
     (other,) = bench.cluster.schedule(plain).shares
     assert other.mig is None and other.uuid in ("GPU-l4-2", "GPU-h100-3")
+
+
+def test_the_units_plugin_lists_the_nodes_gpu_units_and_hands_over_nothing(short_tmp: Path) -> None:
+    # Four GPUs of at most the reference memory (two A100-80GB under MIG, an L4, an H100 under
+    # MPS), no time-slicing: 100 units each, 400 in all (scheduler.core.units).
+    cluster = Cluster(short_tmp)
+    kubelet = FakeKubelet(short_tmp / "dp", short_tmp / "pr.sock", lambda key, message: None)
+    agent = make_agent(short_tmp, node_gpus(), cluster, None, **CONFIG)
+    plugin = DevicePlugin(agent, units=True)
+    plugin.start()
+    try:
+        listed = kubelet.wait_for_devices()
+        (request,) = kubelet.registrations
+        assert (request.resource_name, request.endpoint) == ("gpuslice.io/gpu-units", "gpuslice-units.sock")
+        assert listed.devices == [f"unit-{i:04d}" for i in range(400)]
+        ask = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=["unit-0000", "unit-0001"])])
+        (answer,) = kubelet.stub.Allocate(ask, timeout=5).container_responses
+        assert answer == pb.ContainerAllocateResponse()
+    finally:
+        plugin.stop()
+        kubelet.stop()
