@@ -334,7 +334,7 @@ def load_config(path: str | None, node: str, environ: Mapping[str, str]) -> Agen
     if units and (not _RESOURCE.match(units) or units == resource):
         raise ConfigError(
             f"agent.unitsResource: {units!r} must be an extended resource name other than agent.resource, "
-            f"such as {DEFAULT_UNITS_RESOURCE} (or \"\" not to advertise GPU units)"
+            f'such as {DEFAULT_UNITS_RESOURCE} (or "" not to advertise GPU units)'
         )
     units_socket = _str("agent.unitsSocketName", body.get("unitsSocketName", UNITS_SOCKET_NAME))
     sharing = _sharing("agent.sharing", body.get("sharing"), Sharing())

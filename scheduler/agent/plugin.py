@@ -120,7 +120,9 @@ class _UnitsServicer(_Servicer):
 
     def Allocate(self, request: pb.AllocateRequest, context: Any) -> pb.AllocateResponse:
         # a unit hands the container nothing: the share's own plugin does (the record's devices)
-        return pb.AllocateResponse(container_responses=[pb.ContainerAllocateResponse() for _ in request.container_requests])
+        return pb.AllocateResponse(
+            container_responses=[pb.ContainerAllocateResponse() for _ in request.container_requests]
+        )
 
 
 def _stat(path: Path) -> tuple[int, int] | None:

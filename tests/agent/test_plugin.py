@@ -223,7 +223,9 @@ def test_the_units_plugin_lists_the_nodes_gpu_units_and_hands_over_nothing(short
         (request,) = kubelet.registrations
         assert (request.resource_name, request.endpoint) == ("gpuslice.io/gpu-units", "gpuslice-units.sock")
         assert listed.devices == [f"unit-{i:04d}" for i in range(400)]
-        ask = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=["unit-0000", "unit-0001"])])
+        ask = pb.AllocateRequest(
+            container_requests=[pb.ContainerAllocateRequest(devices_ids=["unit-0000", "unit-0001"])]
+        )
         (answer,) = kubelet.stub.Allocate(ask, timeout=5).container_responses
         assert answer == pb.ContainerAllocateResponse()
     finally:

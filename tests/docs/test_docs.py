@@ -13,7 +13,7 @@ import pytest
 import typer.main
 import yaml
 
-from scheduler.agent.config import DEFAULT_RESOURCE
+from scheduler.agent.config import DEFAULT_RESOURCE, DEFAULT_UNITS_RESOURCE
 from scheduler.cli import app
 from scheduler.cli.serving import service_mounts
 from scheduler.core.quota import VERSION as QUOTA_VERSION  # gpuslice.io/v1alpha1: the GPUQuota API
@@ -104,11 +104,11 @@ def test_every_quoted_endpoint_is_served(path: Path) -> None:
 
 def gpuslice_names() -> set[str]:
     """The ``gpuslice.io/`` names the code reads or writes: the request and output annotations,
-    the namespace label the webhooks select by, the node agent's extended resource."""
+    the namespace label the webhooks select by, the node agent's extended resources."""
     webhook = find("MutatingWebhookConfiguration", "gpuslice")["webhooks"][0]["namespaceSelector"]
     labels = {e["key"].removeprefix("gpuslice.io/") for e in webhook["matchExpressions"]}
-    resource = DEFAULT_RESOURCE.removeprefix("gpuslice.io/")
-    names = set(REQUEST_KEYS) | set(SELECTOR_KEYS) | set(OUTPUT_KEYS) | labels | {resource, QUOTA_VERSION}
+    resources = {r.removeprefix("gpuslice.io/") for r in (DEFAULT_RESOURCE, DEFAULT_UNITS_RESOURCE)}
+    names = set(REQUEST_KEYS) | set(SELECTOR_KEYS) | set(OUTPUT_KEYS) | labels | resources | {QUOTA_VERSION}
     for source in (REPO / "scheduler").rglob("*.py"):  # and every prefix + "name" the code reads or writes
         names |= set(re.findall(r"prefix \+ \"([a-z][a-z0-9-]*)\"", source.read_text(encoding="utf-8")))
     return names

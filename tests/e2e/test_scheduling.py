@@ -119,7 +119,9 @@ def test_a_pod_that_fits_nowhere_is_unschedulable_with_an_event_that_reads_right
     nodes = len(client.get("/api/v1/nodes")["items"])
     assert message.startswith(f"0/{nodes} nodes are available: "), message
     assert "%!" not in message and "MISSING" not in message, message
-    assert "GPU" in message, message
+    # 16 whole GPUs ask 1600 GPU units, more than any node advertises: kube-scheduler's own
+    # NodeResourcesFit says so before asking gpuslice (docs/serving.md, Preemption)
+    assert "Insufficient gpuslice.io/gpu-units" in message, message
 
 
 def test_a_malformed_pod_that_reaches_the_scheduler_is_unschedulable_not_an_error(
