@@ -2,7 +2,7 @@
 
 A local stand-in plays the API server (this node's Node object and the pods bound to it, in
 memory) and the kubelet (it calls Allocate as kubelet would, for one container). The demo shows
-what the agent publishes (the inventory annotation), one admission (the pod's allocation record
+what the agent publishes (the inventory annotation) and the GPU units it advertises, one admission (the pod's allocation record
 in, the CDI devices and environment handed to its container out), and its ``/metrics``, served
 on 127.0.0.1 at a free port; then it exits.
 """
@@ -128,6 +128,8 @@ def run_demo(config: AgentConfig, gpus: Gpus, say: Callable[[str], None] = print
     try:
         agent.start()
         _show_inventory(cluster, config, say)
+        if config.units_resource:
+            say(f"advertised to the kubelet ({config.units_resource}, a second device plugin): {agent.gpu_units()}")
         uuid = next(g.uuid for g in gpus.devices() if g.index == DEMO_GPU)
         cluster.put_pod(DEMO_POD, demo_pod(config, uuid))
         ids = share_ids(1)

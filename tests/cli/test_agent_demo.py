@@ -26,6 +26,8 @@ def test_the_agent_demo_shows_the_inventory_an_admission_with_its_cdi_device_and
     out = done.stdout
     assert "published on the Node (gpuslice.io/inventory):" in out
     assert f"GPU 2  T4         time-slicing  {T4}" in out
+    # three GPUs, none larger than the reference nor time-slicing oversubscribed: 3 x 100 units
+    assert "advertised to the kubelet (gpuslice.io/gpu-units, a second device plugin): 300" in out
     assert f"CDI device  nvidia.com/gpu={T4}" in out
     assert "env         GPUSLICE_POD=demo/notebook" in out
     # the share's series, its pod named by UID (the agent names pods only with metrics.podNames)
