@@ -36,7 +36,9 @@ A malformed request is denied with the core parser's message (key, value, accept
 hand-written device environment that survived mutation, and the agent's share resource
 (``share_resource``, else ``<prefix>share``) on a pod whose ``spec.schedulerName`` is not
 gpuslice's: only a pod gpuslice places has the record the agent hands over, so on any other
-pod the resource could only make the agent's ``Allocate`` wonder which pod it serves; (UPDATE) denies a change to the
+pod the resource could only make the agent's ``Allocate`` wonder which pod it serves (and the
+same for the GPU units, ``units_resource`` else ``<prefix>gpu-units``: another pod's units
+would hold room gpuslice's pods need); (UPDATE) denies a change to the
 output annotations by anyone but gpuslice itself (``trusted_users`` / ``trusted_groups``):
 kubelet re-reads a downward-API annotation whenever a container restarts, so an edited
 ``visible-devices`` would otherwise hand the container another pod's GPU.
@@ -547,24 +549,31 @@ def share_resource_of(config: WebhookConfig) -> str:
     return config.share_resource or config.prefix + "share"
 
 
+def units_resource_of(config: WebhookConfig) -> str:
+    """The GPU units' resource: the configured one, else ``<prefix>gpu-units`` (the agent's default)."""
+    return config.units_resource or config.prefix + "gpu-units"
+
+
 def _share_elsewhere(pod: Mapping[str, Any], config: WebhookConfig) -> _Decision | None:
-    """A denial when a container asks for the agent's share resource but gpuslice does not place the pod."""
-    resource = share_resource_of(config)
+    """A denial when a container asks for the agent's share resource or GPU units but gpuslice
+    does not place the pod (units asked by such a pod would hold room gpuslice's pods need)."""
     current = _spec(pod).get("schedulerName")
     if current == config.scheduler_name:
         return None
+    asked = ((share_resource_of(config), "share"), (units_resource_of(config), "GPU units"))
     for section, index, container in _containers(_spec(pod)):
         resources = container.get("resources")
         for part in ("limits", "requests"):
             values = resources.get(part) if isinstance(resources, Mapping) else None
-            if isinstance(values, Mapping) and str(values.get(resource, "0")).strip() not in ("0", ""):
-                return _Decision(
-                    allowed=False,
-                    code=_DENIED_FORBIDDEN,
-                    message=f"spec.{section}[{index}].resources.{part} {resource}: only pods placed by "
-                    f"spec.schedulerName {config.scheduler_name!r} may ask for the node agent's share "
-                    f"(this pod names {current!r}); remove the resource or let gpuslice place the pod",
-                )
+            for resource, what in asked:
+                if isinstance(values, Mapping) and str(values.get(resource, "0")).strip() not in ("0", ""):
+                    return _Decision(
+                        allowed=False,
+                        code=_DENIED_FORBIDDEN,
+                        message=f"spec.{section}[{index}].resources.{part} {resource}: only pods placed by "
+                        f"spec.schedulerName {config.scheduler_name!r} may ask for the node agent's {what} "
+                        f"(this pod names {current!r}); remove the resource or let gpuslice place the pod",
+                    )
     return None
 
 

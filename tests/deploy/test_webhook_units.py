@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from scheduler.core.errors import ConfigError
-from scheduler.webhook import WebhookConfig, mutate
+from scheduler.webhook import WebhookConfig, mutate, validate
 from tests.deploy.reviews import container, patched, pod, review
 
 P = "gpuslice.io/"
@@ -82,3 +82,16 @@ def test_the_setting_comes_from_the_environment_and_is_checked() -> None:
         WebhookConfig(units_resource="units")
     with pytest.raises(ConfigError, match=r"must differ from webhook\.shareResource"):
         WebhookConfig(share_resource=SHARE, units_resource=SHARE)
+
+
+@pytest.mark.parametrize("config", [CONFIG, WebhookConfig()], ids=["configured", "default-name"])
+def test_units_are_refused_on_a_pod_gpuslice_does_not_place(config: WebhookConfig) -> None:
+    obj = pod(containers=[container("app", limits={UNITS: "100"})], scheduler_name="default-scheduler")
+    reply = validate(review(obj), config)
+    assert reply.response["allowed"] is False and reply.response["status"]["code"] == 403
+    message = reply.response["status"]["message"]
+    assert f"spec.containers[0].resources.limits {UNITS}" in message and "node agent's GPU units" in message
+    placed = pod(
+        {P + "gpu-count": "1"}, containers=[container("app", limits={UNITS: "100"})], scheduler_name="gpuslice"
+    )
+    assert validate(review(placed), config).response["allowed"] is True
