@@ -119,6 +119,7 @@ class Agent:
         self._migs = MigInstances(gpus, config, runner)
         self._unhealthy: dict[str, str] = {}
         self._published = ""
+        self._units: int | None = None  # the GPU units of the inventory last built (see gpu_units)
         self._reported: set[str] = set()
         self.mismatches: list[str] = []  # every disagreement with the kubelet, as reported
         self.problems: list[str] = []  # the last tick's problems (one line each)
@@ -516,9 +517,12 @@ class Agent:
 
     def gpu_units(self) -> int:
         """The GPU units the node advertises (:func:`scheduler.core.units.node_units` of the
-        inventory the hardware gives now): what kube-scheduler's NodeResourcesFit checks."""
+        inventory each round builds; read from the hardware now only before the first round):
+        what kube-scheduler's NodeResourcesFit checks. The units plugin asks twice a second."""
         with self._lock:
-            return node_units(self._node()[0])
+            if self._units is None:
+                self._units = node_units(self._node()[0])
+            return self._units
 
     def _publish(self) -> bool:
         """Write the inventory if it changed; a failure is a problem of this round, retried next tick."""
@@ -531,6 +535,7 @@ class Agent:
 
     def _write_inventory(self) -> None:
         node, warnings = self._node()
+        self._units = node_units(node)
         for line in warnings:
             if line not in self._reported:
                 self._reported.add(line)

@@ -2,9 +2,9 @@
 
 A local stand-in plays the API server (this node's Node object and the pods bound to it, in
 memory) and the kubelet (it calls Allocate as kubelet would, for one container). The demo shows
-what the agent publishes (the inventory annotation) and the GPU units it advertises, one admission (the pod's allocation record
-in, the CDI devices and environment handed to its container out), and its ``/metrics``, served
-on 127.0.0.1 at a free port; then it exits.
+what the agent publishes (the inventory annotation) and the GPU units it advertises, one
+admission (the pod's allocation record in, the CDI devices and environment handed to its
+container out), and its ``/metrics``, served on 127.0.0.1 at a free port; then it exits.
 """
 
 from __future__ import annotations
