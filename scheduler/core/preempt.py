@@ -1,9 +1,11 @@
 """Which pods to evict from one node so that a pod fits there: the fewest, then the least
 important, then the least GPU.
 
-kube-scheduler proposes victims per node by CPU, memory and priority; it knows nothing of GPU
-shares, so it may name pods on the wrong GPU, or more pods than needed. :func:`choose_victims`
-picks, among the candidates it is given, the set whose release makes the core's
+kube-scheduler proposes victims per node by its own filters (CPU, memory, the node's
+``gpuslice.io/gpu-units``) and priority; it knows nothing of GPU shares, so it may name pods on
+the wrong GPU, or more pods than needed. The extender gives :func:`choose_victims` every pod on
+the node it may evict (lower priority than the preemptor, not being deleted), not only the
+proposal; it picks, among the candidates it is given, the set whose release makes the core's
 :func:`~scheduler.core.fit.fit` succeed (a share on one GPU for a fraction, a legal MIG start
 for a profile, enough whole GPUs, joined by NVLink where the pod requires it), ordered by:
 
