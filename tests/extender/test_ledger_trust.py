@@ -8,6 +8,8 @@ is listed as rejected with the reason; the ledger's record is what counts for a 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
@@ -19,8 +21,14 @@ from scheduler.core.inventory import SharingMode
 from scheduler.core.k8s import parse_node
 from scheduler.core.state import rebuild
 from scheduler.extender.cache import ClusterCache
+from scheduler.extender.client import ExtenderClient
+from scheduler.extender.config import load_config
+from scheduler.extender.problems import RECORD_REJECTED
+from scheduler.extender.server import Server
+from scheduler.extender.service import Extender
+from scheduler.filebackend import FileBackend
 
-from .kit import PREFIX, k8s_node, k8s_pod
+from .kit import PREFIX, cluster_file, k8s_node, k8s_pod
 
 NODE = k8s_node("a", gpus=4, mode="exclusive")
 
@@ -127,6 +135,45 @@ def test_a_bind_this_process_made_counts_before_its_ledger_reaches_the_watch() -
     cache.reserve("default/mine", "uid-default-mine", whole(2))
     cache.on_change(pod("mine", bound_pod("mine", whole(2))))
     assert busy(cache) == [2] and cache.rejected_records("a") == {}
+
+
+class LedgerFile(FileBackend):
+    """A cluster file with a ledger reported before the pods, as the Kubernetes backend lists them."""
+
+    keeps_ledgers = True
+
+    def __init__(self, path: Path, first: Change) -> None:
+        super().__init__(path, PREFIX)
+        self.first = first
+        self.report: Callable[[Change], None] | None = None
+
+    def start(self, on_change: Callable[[Change], None]) -> None:
+        self.report = on_change
+        on_change(self.first)
+        super().start(on_change)
+
+
+def test_a_forged_record_is_a_node_event_and_a_metric_and_so_is_a_lost_ledger_entry(tmp_path: Path) -> None:
+    items = [NODE, bound_pod("real", whole(0)), bound_pod("intruder", whole(1), scheduler="default-scheduler")]
+    backend = LedgerFile(cluster_file(tmp_path / "c.json", *items), ledger("a", ("real", whole(0))))
+    extender = Extender(load_config(env={}, flags={"port": 0}), backend)
+    extender.start()
+    server = Server(extender).start_in_thread()
+    try:
+        assert [(n, r) for n, r, _ in backend.events] == [("a", RECORD_REJECTED)]
+        assert "default/intruder: gpuslice did not bind this record" in backend.events[0][2]
+        client = ExtenderClient(server.url)
+        try:
+            metrics = client.request("GET", "/metrics")[1].decode()
+        finally:
+            client.close()
+        assert 'gpuslice_records_rejected{node="a"} 1.0' in metrics
+        assert backend.report is not None
+        backend.report(Change(Kind.LEDGER, "a", None))  # the ledger gone: real's record vouched for no more
+        assert len(backend.events) == 2 and "default/real: gpuslice did not bind" in backend.events[1][2]
+    finally:
+        server.stop()
+        extender.stop()
 
 
 def test_a_backend_without_ledgers_counts_every_bound_record() -> None:

@@ -111,6 +111,15 @@ def test_the_extenders_view_weighs_records_against_the_watched_ledgers(apiserver
             assert state is not None and [k for k, _ in state.pods] == ["default/a"]
             assert "gpuslice did not bind this record" in cache.rejected_records("n1")["default/intruder"]
             assert not cache.placement("default/intruder").counted and cache.placement("default/a").counted
+
+        def reported() -> bool:  # a Warning Event on the Node names the pod and the reason
+            return any(
+                e.get("reason") == "GpusliceRecordRejected"
+                and "default/intruder: gpuslice did not bind this record" in e.get("message", "")
+                for e in apiserver.events()
+            )
+
+        wait_until(reported, "the node event about the forged record")
         # then through the watch: b bound by another replica (its ledger entry), a second forgery
         assert bind(writer, apiserver, node, "b", []) == ""
         late = copy.deepcopy(apiserver.pod("default", "intruder"))
