@@ -21,6 +21,7 @@ class Kind(StrEnum):
     NODE = "node"
     POD = "pod"
     QUOTA = "gpuquota"  # a gpuslice.io GPUQuota; key ``namespace/name``
+    LEDGER = "ledger"  # what gpuslice itself bound on a node (its per-node ledger); key: the node
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +29,9 @@ class Change:
     """One object added, modified (``obj`` set) or deleted (``obj`` None).
 
     ``key`` is the node name, or ``namespace/name`` for a pod or a quota. ``obj`` is the object's
-    ordinary camelCase JSON as a dict, as the API server serves it.
+    ordinary camelCase JSON as a dict, as the API server serves it. For a ledger (``key``: its
+    node), ``obj`` maps each pod key the ledger holds to ``{"uid": ..., "record": ...}``: the pod
+    gpuslice bound (or is binding) there and the record it bound it with.
     """
 
     kind: Kind
@@ -90,9 +93,15 @@ class Backend(Protocol):
     # a worker thread. An in-memory bind runs on the event loop: the hop to a thread and
     # back cost more than the bind.
     bind_waits: bool
+    # True when the backend reports what gpuslice itself bound (``Kind.LEDGER``, from the per-node
+    # ledgers only gpuslice writes): a pod's bound record then counts only where its node's ledger
+    # holds that pod (its uid); a record anyone wrote by hand claims nothing. False (a cluster
+    # file, which keeps no ledger): every bound record in it counts.
+    keeps_ledgers: bool
 
     def start(self, on_change: Callable[[Change], None]) -> None:
-        """List every node and pod, report each through ``on_change``, then follow changes.
+        """List every node and pod (and, where it keeps them, every ledger, before the pods),
+        report each through ``on_change``, then follow changes.
 
         Returns once the first full list has been reported (``ready()`` is then true).
         ``on_change`` is called from the backend's own thread(s) afterwards.

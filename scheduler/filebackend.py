@@ -156,6 +156,9 @@ def parse_quotas(path: Path, body: Mapping[str, Any]) -> dict[str, dict[str, Any
 
 class FileBackend:
     bind_waits = False  # binds are kept in memory
+    # A cluster file keeps no ledger: the file is what its operator wrote, and every bound record in
+    # it counts (the binds made here are kept in memory, the extender's own).
+    keeps_ledgers = False
 
     def __init__(self, path: Path | str, prefix: str = DEFAULT_PREFIX, clock: Callable[[], str] = _now) -> None:
         self.path = Path(path)

@@ -10,6 +10,15 @@ expires, so that the pods filtered meanwhile are not steered to the same share).
 Every pod counts at most once, so a bind applied here and later seen through the watch is
 not counted twice. One lock guards everything here.
 
+Where the backend keeps ledgers (``Backend.keeps_ledgers``: the Kubernetes backend), a pod's
+bound record counts only when gpuslice itself bound it: its node's ledger (which only gpuslice
+writes) holds the pod, by uid, and then the ledger's record is what counts (an edit on the pod
+after its bind changes nothing); or this process made the bind (its ledger's change may reach
+the watch after the pod's). Any other bound record (written by hand, on a pod of another
+scheduler, or on one gpuslice never bound) claims nothing: it is listed with the rejected
+records (``rejected_records``, ``/debug/nodes``, ``gpuslice_records_rejected``) with the reason,
+and logged once.
+
 GPU quotas (``GPUQuota`` objects): the quotas by namespace, and for each namespace that has
 one, what each of its pods holds (by the same records and claims that count on the nodes, so
 a hold or a bind in flight counts against its namespace at once). Namespaces without a quota
@@ -133,6 +142,12 @@ class ClusterCache:
         # pod key -> (uid, record) of the binds this process made: their records come first when a
         # node is counted anew, so a record written by hand never displaces one gpuslice wrote
         self._bound_here: dict[str, tuple[str, str]] = {}
+        # Where the backend keeps ledgers: node -> pod key -> (uid, record) gpuslice bound there.
+        self.uses_ledgers = False
+        self._ledgers: dict[str, dict[str, tuple[str, str]]] = {}
+        self._forged: dict[str, dict[str, str]] = {}  # node -> pod key -> why its bound record claims nothing
+        self._forged_on: dict[str, str] = {}  # pod key -> the node of its entry in _forged
+        self._forged_logged: set[tuple[str, str]] = set()  # (pod key, uid) logged as forged
         # Records decoded lately, by their text: a bind's record is read by its claim, its
         # counting, the watch event that confirms it and the next bind on its node.
         self._decoded: OrderedDict[str, Allocation] = OrderedDict()
@@ -149,6 +164,8 @@ class ClusterCache:
                 self._node_changed(change.key, change.obj)
             elif change.kind is Kind.POD:
                 self._pod_changed(change.key, change.obj)
+            elif change.kind is Kind.LEDGER:
+                self._ledger_changed(change.key, change.obj)
             else:
                 self._quota_changed(change.key, change.obj)
 
@@ -183,7 +200,6 @@ class ClusterCache:
         old = self.pods.pop(key, None)
         if old is not None and self._uids.get(old.uid) == key:
             del self._uids[old.uid]
-        want: tuple[str, str] | None = None
         if obj is not None:
             pod = PodView(uid_of(obj), node_of(obj), holding_record(obj, self.prefix), _slim(obj))
             self.pods[key] = pod
@@ -192,21 +208,74 @@ class ClusterCache:
                 del self._bound_here[key]  # replaced by another pod of the same name
             if pod.uid:
                 self._uids[pod.uid] = key
-            if pod.holding is not None:
-                want = (pod.node, pod.holding)
             claim = self._claims.get(key)
             if claim is not None:
                 replaced = bool(pod.uid and claim.uid and pod.uid != claim.uid)
                 # The watch has caught up; or the pod ended, was replaced, or was bound without
                 # our record (the API server wins). Until then the claim counts.
-                if want is not None or has_ended(obj) or replaced or pod.node:
+                if pod.holding is not None or has_ended(obj) or replaced or pod.node:
                     del self._claims[key]
-                else:
-                    want = (claim.node, claim.record)
         else:
             self._claims.pop(key, None)
             self._bound_here.pop(key, None)
-        self._count(key, want)
+        self._count(key, self._want(key))
+
+    def _want(self, key: str) -> tuple[str, str] | None:
+        """The (node, record) the pod ``key`` counts with now: its bound record where gpuslice
+        vouches for it, else this process's claim, else None."""
+        was = self._forged_on.pop(key, None)
+        if was is not None:
+            forged = self._forged[was]
+            del forged[key]
+            if not forged:
+                del self._forged[was]
+        pod = self.pods.get(key)
+        if pod is not None and pod.holding is not None:
+            text = self._vouched_record(key, pod)
+            return (pod.node, text) if text is not None else None
+        claim = self._claims.get(key)
+        return (claim.node, claim.record) if claim is not None else None
+
+    def _vouched_record(self, key: str, pod: PodView) -> str | None:
+        """The record by which a bound pod holds its share, where gpuslice bound it (see the module);
+        None for a record that claims nothing, which is noted as forged."""
+        assert pod.holding is not None
+        if not self.uses_ledgers:
+            return pod.holding
+        entry = self._ledgers.get(pod.node, {}).get(key)
+        if entry is not None and pod.uid and entry[0] == pod.uid:
+            return entry[1]
+        mine = self._bound_here.get(key)
+        if mine is not None and pod.uid and mine[0] == pod.uid and self._same(key, mine[1], pod.holding):
+            return pod.holding
+        why = (
+            f"pod {key}: gpuslice did not bind this record (the ledger of node {pod.node} holds no entry "
+            f"for uid {pod.uid or '?'}): it claims no capacity; a record written by hand, or on a pod "
+            "another scheduler placed"
+        )
+        self._forged.setdefault(pod.node, {})[key] = why
+        self._forged_on[key] = pod.node
+        if (key, pod.uid) not in self._forged_logged:
+            if len(self._forged_logged) >= 4096:
+                self._forged_logged.clear()  # bounded: a pod logged before may be logged once more
+            self._forged_logged.add((key, pod.uid))
+            log.warning("forged allocation record ignored", extra={"node": pod.node, "pod": key, "reason": why})
+        return None
+
+    def _ledger_changed(self, node: str, obj: Mapping[str, Any] | None) -> None:
+        """What gpuslice bound on ``node`` changed: weigh the bound records of the pods concerned again."""
+        if not node:
+            return
+        before = self._ledgers.pop(node, {})
+        now: dict[str, tuple[str, str]] = {}
+        for key, raw in (obj or {}).items():
+            if isinstance(raw, Mapping) and isinstance(raw.get("uid"), str) and isinstance(raw.get("record"), str):
+                now[key] = (raw["uid"], raw["record"])
+        if now:
+            self._ledgers[node] = now
+        for key in sorted(set(before) | set(now)):
+            if before.get(key) != now.get(key):
+                self._count(key, self._want(key))
 
     # ------------------------------------------------------------ claims: binds in flight, holds
 
@@ -350,7 +419,7 @@ class ClusterCache:
         if self._by_namespace:  # a node read anew: its GPUs' models may have changed
             for key in view.records:
                 self._charge(key, self._counted.get(key))
-        state, problems = rebuild(view.node, view.records.items(), self._vouched(view))
+        state, problems = rebuild(view.node, view.records.items(), self._vouched(name, view))
         errors = {p.pod: p for p in problems}
         for pod, problem in errors.items():
             if pod not in view.errors or str(view.errors[pod]) != str(problem):
@@ -358,12 +427,15 @@ class ClusterCache:
         view.errors = errors
         self.board.put(state)
 
-    def _vouched(self, view: NodeView) -> set[str]:
-        """The pods of ``view`` whose record is the one this process bound them with."""
+    def _vouched(self, name: str, view: NodeView) -> set[str]:
+        """The pods of ``view`` whose record is the one gpuslice bound them with: its ledger's of
+        node ``name``, or this process's."""
+        ledger = self._ledgers.get(name, {})
         return {
             key
             for key, text in view.records.items()
-            if (mine := self._bound_here.get(key)) is not None and self._same(key, mine[1], text)
+            if ((entry := ledger.get(key)) is not None and entry[1] == text)
+            or ((mine := self._bound_here.get(key)) is not None and self._same(key, mine[1], text))
         }
 
     # ------------------------------------------------------------ quotas
@@ -451,7 +523,11 @@ class ClusterCache:
             why = "no bound record: it has none, it is not bound yet, or it has ended" if pod.node else "not bound"
             return Placement(synced=True, known=True, node=pod.node, why_not=why)
         view = self.nodes.get(pod.node)
-        if self._counted.get(key) != (pod.node, pod.holding) or view is None or key not in view.records:
+        forged = self._forged.get(pod.node, {}).get(key)
+        if forged is not None:
+            return Placement(synced=True, known=True, node=pod.node, why_not=forged)
+        counted = self._counted.get(key)
+        if counted is None or counted[0] != pod.node or view is None or key not in view.records:
             return Placement(synced=True, known=True, node=pod.node, why_not="its record is not counted")
         if view.node is None:
             why = f"its node is not usable to gpuslice: {view.problem or 'no GPU inventory'}"
@@ -475,18 +551,25 @@ class ClusterCache:
             return {s.node.name: s for s in self.board.states}
 
     def rejected_records(self, name: str) -> dict[str, str]:
-        """Pod -> why its record on node ``name`` does not count (cheap: one node)."""
+        """Pod -> why its record on node ``name`` does not count (cheap: one node): records that
+        conflict or do not decode, and records gpuslice did not bind."""
         with self.lock:
             view = self.nodes.get(name)
-            return {pod: str(e) for pod, e in view.errors.items()} if view is not None and view.errors else {}
+            found = {pod: str(e) for pod, e in view.errors.items()} if view is not None and view.errors else {}
+            found.update(self._forged.get(name, {}))
+            return found
 
     def record_errors(self) -> dict[str, dict[str, str]]:
         with self.lock:
-            return {
+            found = {
                 name: {pod: e.problem for pod, e in view.errors.items()}
                 for name, view in self.nodes.items()
                 if view.errors
             }
+            for name, forged in self._forged.items():
+                if forged:
+                    found.setdefault(name, {}).update(forged)
+            return found
 
     def unusable(self) -> dict[str, str]:
         with self.lock:

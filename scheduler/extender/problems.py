@@ -9,7 +9,8 @@ What this adds is the one place operators look first: a Warning Event on the Nod
 Likewise a pod's allocation record that the cache refuses (it does not decode, names a GPU the
 node lacks, or conflicts with the records counted before it): the log says it, ``/debug/nodes``
 and ``gpuslice_records_rejected{node}`` show it, and a Warning Event ``GpusliceRecordRejected``
-on the Node names the pod and the reason when the refusal is new.
+on the Node names the pod and the reason when the refusal is new. A bound record gpuslice did not
+bind (no entry in the node's ledger) is refused the same way.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ def reporting_invalid_nodes(
             on_change(change)
             if node:
                 _report_records(backend, node, before_records, rejected(node))
+            return
+        if change.kind is Kind.LEDGER:  # what gpuslice bound on the node: records may count, or not, anew
+            before_records = dict(rejected(change.key)) if change.key else {}
+            on_change(change)
+            if change.key:
+                _report_records(backend, change.key, before_records, rejected(change.key))
             return
         if change.kind is not Kind.NODE:
             on_change(change)

@@ -56,6 +56,8 @@ class Extender:
         self.cache = cache or ClusterCache(
             config.prefix, (config.mps_compute_oversub_pct, config.ts_memory_oversub_pct), clock
         )
+        # where the backend keeps ledgers, a bound record counts only where gpuslice bound it
+        self.cache.uses_ledgers = backend.keeps_ledgers
         self.policy = config.make_policy()
         self._policies: dict[str, Policy] = {self.policy.name: self.policy}
         self._parsed: OrderedDict[tuple[str, str], PodRequest | RequestError] = OrderedDict()

@@ -40,6 +40,7 @@ API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("create", "", "events"),
         ("get", "", "configmaps"),
         ("list", "", "configmaps"),
+        ("watch", "", "configmaps"),  # the node ledgers, followed: what gpuslice itself bound
         ("create", "", "configmaps"),
         ("update", "", "configmaps"),
         # GPU quotas (manifests/gpuquota-crd.yaml): followed, and their status kept current
@@ -73,7 +74,7 @@ DEFRAG_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
 )
 
 MERGE_PATCH = "application/merge-patch+json"
-WATCHED = ("nodes", "pods", "gpuquotas")
+WATCHED = ("nodes", "pods", "gpuquotas", "configmaps")  # configmaps: of one namespace
 QUOTA_GROUP, QUOTA_VERSION = GROUP, VERSION  # the GPUQuota CRD's
 GROUP_OF = {"gpuquotas": QUOTA_GROUP, "gpuquotas/status": QUOTA_GROUP}  # the rest: the core group
 
@@ -250,14 +251,16 @@ class KubeApi:
             raise ApiProtocolError(call, f"response is not a JSON object: {data[:120]!r}")
         return body
 
-    def _lister(self, resource: str) -> Callable[..., Any]:
+    def _lister(self, resource: str, namespace: str | None = None) -> Callable[..., Any]:
+        if resource == "configmaps" and namespace:
+            return functools.partial(self._core.list_namespaced_config_map, namespace)
         if resource == "nodes":
             return self._core.list_node  # type: ignore[no-any-return]
         if resource == "pods":
             return self._core.list_pod_for_all_namespaces  # type: ignore[no-any-return]
         if resource == "gpuquotas":
             return functools.partial(self._custom.list_cluster_custom_object, QUOTA_GROUP, QUOTA_VERSION, resource)
-        raise ValueError(f"resource {resource!r}: accepted: {', '.join(WATCHED)}")
+        raise ValueError(f"resource {resource!r}: accepted: {', '.join(WATCHED)} (configmaps with a namespace)")
 
     def list(
         self,
@@ -266,16 +269,21 @@ class KubeApi:
         field_selector: str | None = None,
         limit: int | None = None,
         continue_token: str | None = None,
+        namespace: str | None = None,
+        label_selector: str | None = None,
     ) -> Json:
-        """A ``List`` of nodes or of pods in all namespaces (one page when ``limit`` is set)."""
+        """A ``List`` of nodes, of pods in all namespaces, or of one namespace's configmaps (one page
+        when ``limit`` is set)."""
         options: dict[str, Any] = {}
         if field_selector:
             options["field_selector"] = field_selector
+        if label_selector:
+            options["label_selector"] = label_selector
         if limit:
             options["limit"] = limit
         if continue_token:
             options["_continue"] = continue_token
-        return self._json("list", resource, self._lister(resource), **options)
+        return self._json("list", resource, self._lister(resource, namespace), **options)
 
     def watch(
         self,
@@ -284,14 +292,20 @@ class KubeApi:
         timeout_s: int,
         read_slack_s: float = 5.0,
         field_selector: str | None = None,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
     ) -> WatchStream:
-        """Changes to nodes or pods after ``resource_version``; the server ends the stream after ``timeout_s``,
-        and a stream silent for ``read_slack_s`` longer than that is treated as broken."""
+        """Changes to nodes, pods or one namespace's configmaps after ``resource_version``; the server
+        ends the stream after ``timeout_s``, and a stream silent for ``read_slack_s`` longer than that
+        is treated as broken."""
         extra = {"field_selector": field_selector} if field_selector else {}
+        if label_selector:
+            extra["label_selector"] = label_selector
         response = self._raw(
             "watch",
             resource,
-            self._lister(resource),
+            self._lister(resource, namespace),
             timeout=(self.request_timeout_s, timeout_s + read_slack_s),
             watch=True,
             resource_version=resource_version,

@@ -22,10 +22,11 @@ from typing import Any
 from scheduler.backend import Admit, BindResult, Change, Decide, Kind, PodRef
 
 from .api import KubeApi
-from .binder import Binder, Sweep
+from .binder import LEDGER_SELECTOR, Binder, Sweep
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import KubeError, NotFoundError
 from .events import NODE_EVENTS_NAMESPACE, node_event
+from .ledger import decode_entries
 from .options import KubeOptions
 from .reflector import Reflector
 
@@ -34,6 +35,7 @@ log = logging.getLogger("gpuslice.kube")
 
 class KubeBackend:
     bind_waits = True  # compare-and-set, patches and the Binding: calls to the API server
+    keeps_ledgers = True  # the node ledgers (ConfigMaps gpuslice-node-<node>), followed by a watch
 
     def __init__(
         self,
@@ -52,6 +54,7 @@ class KubeBackend:
         self._reflectors: list[Reflector] = []
         self._threads: list[threading.Thread] = []
         self._synced = False
+        self._ledger_nodes: dict[str, str] = {}  # ledger ConfigMap key -> its node
 
     # ------------------------------------------------------------ construction
 
@@ -116,11 +119,26 @@ class KubeBackend:
                 except Exception:
                     log.exception("on_change failed for %s %s", change.kind, change.key)
 
+        ledgers = Reflector(
+            self.api,
+            Kind.LEDGER,
+            lambda change: emit(self._ledger_change(change)),
+            self.options,
+            self._clock,
+            self._stop,
+            self._rng,
+            namespace=self.options.namespace,
+            label_selector=LEDGER_SELECTOR,
+        )
         self._reflectors = [
             Reflector(self.api, kind, emit, self.options, self._clock, self._stop, self._rng)
             for kind in (Kind.NODE, Kind.POD)
         ]
+        # The ledgers first: each pod's bound record is then weighed against them as it arrives.
+        ledger_version = self._first_list(ledgers)
         versions = [self._first_list(r) for r in self._reflectors]
+        self._reflectors.append(ledgers)
+        versions.append(ledger_version)
         quotas = Reflector(self.api, Kind.QUOTA, emit, self.options, self._clock, self._stop, self._rng)
         try:
             versions.append(quotas.relist())
@@ -138,6 +156,21 @@ class KubeBackend:
         sweeper.start()
         self._threads.append(sweeper)
         log.info("synced: %d nodes, %d pods", len(self._reflectors[0].known), len(self._reflectors[1].known))
+
+    def _ledger_change(self, change: Change) -> Change:
+        """A ledger ConfigMap's change as the node's :data:`Kind.LEDGER` change: pod key -> uid, record."""
+        obj = change.obj
+        if obj is None:
+            return Change(Kind.LEDGER, self._ledger_nodes.pop(change.key, ""), None)
+        meta = obj.get("metadata")
+        notes = meta.get("annotations") if isinstance(meta, Mapping) else None
+        node = notes.get(self.options.prefix + "node") if isinstance(notes, Mapping) else None
+        if not isinstance(node, str) or not node:
+            node = ""  # not one of ours after all (the label alone): it vouches for nothing
+        self._ledger_nodes[change.key] = node
+        data = obj.get("data")
+        entries = decode_entries(node, data.get("ledger") if isinstance(data, Mapping) else None) if node else {}
+        return Change(Kind.LEDGER, node, {k: {"uid": e.uid, "record": e.record} for k, e in entries.items()})
 
     def _first_list(self, reflector: Reflector) -> str:
         deadline = self._clock.monotonic() + self.options.start_timeout_s

@@ -6,9 +6,9 @@ Steps, for pod P and node N:
 2. Under N's ledger (one lock per node in this process; across replicas, the ledger's
    compare-and-set): read the ledger and the pods bound to N; drop entries whose pod is
    gone, terminal, of another uid, bound elsewhere, or unbound for longer than
-   ``stale_allocation_s``; hand ``decide`` the union of the ledger's records and the
-   records of the live pods on N (for a pod the ledger holds, the ledger's record: a record
-   edited on the pod after its bind does not free the share it holds); write the ledger with
+   ``stale_allocation_s``; hand ``decide`` the records of the entries kept (the ledger's
+   record: a record edited on the pod after its bind does not free the share it holds, and a
+   record on a pod the ledger does not hold claims nothing); write the ledger with
    P's entry (phase allocating), guarded by the resourceVersion read. 409 -> re-read and decide again, a bounded number
    of times with jittered, doubling waits.
 3. Merge-patch P's annotations (``record_annotations``, phase allocating).
@@ -24,10 +24,11 @@ share stays reserved (the pod is requeued, and the entry is replaced by P's next
 or dropped as stale), because releasing a share that is in use is the one mistake
 that double-books. Once the Binding exists the pod is bound, whatever fails later.
 
-What counts on a node: the record of a live pod bound there whose ``bind-phase`` is
-``bound`` (the phase only gpuslice's Binding writes, in the same write as ``spec.nodeName``),
-and every ledger entry still reserving. A record on a pod gpuslice did not bind (no
-ledger entry, phase not ``bound``) claims nothing and blocks nothing.
+What counts on a node: every ledger entry still holding or reserving its share, with the
+record the ledger has. The ledger, which only gpuslice writes, is the source of truth of what
+gpuslice bound: a record on a pod it holds no entry for claims nothing and blocks nothing,
+whatever its ``bind-phase`` says (any namespace can write its pods' annotations, so a pod of
+another scheduler, or one gpuslice never bound, may carry ``bind-phase: bound`` by hand).
 
 :meth:`Binder.sweep`, run every ``sweep_interval_s``, cleans what an interrupted bind
 left (a crash, a timeout whose write landed after its undo): ledger entries of pods
@@ -50,7 +51,7 @@ from typing import Any
 from scheduler.backend import Admit, BindResult, Decide, PodRef
 from scheduler.core.allocation import Allocation, decode_record, encode_record, record_annotations, record_header
 from scheduler.core.errors import GpusliceError
-from scheduler.core.pods import ALLOCATING, BOUND, has_ended, holding_record, key_of, node_of
+from scheduler.core.pods import ALLOCATING, BOUND, has_ended, key_of, node_of
 from scheduler.core.request import OUTPUT_KEYS
 
 from .api import KubeApi
@@ -262,10 +263,6 @@ class Binder:
         if on_node is None:
             on_node = self._on_node(node)
         records: dict[str, str] = {}
-        for key, live in on_node.items():
-            text = holding_record(live, self._options.prefix)
-            if text is not None and key != skip:
-                records[key] = text
         kept: dict[str, Entry] = {}
         for key, entry in ledger.entries.items():
             if key == skip:
@@ -277,8 +274,9 @@ class Binder:
                 keep = self._still_reserving(key, entry, node)
             if keep:
                 kept[key] = entry
-                # what gpuslice bound wins over what the pod says now: a record edited after the
-                # bind (while the update webhook was down) must not free the share the pod holds
+                # only what gpuslice bound counts, as it bound it: a record edited after the bind
+                # (while the update webhook was down) must not free the share the pod holds, and a
+                # record the ledger does not hold (written by hand) claims nothing
                 records[key] = entry.record
         return kept, sorted(records.items())
 

@@ -4,8 +4,11 @@ A ConfigMap ``gpuslice-node-<node>`` in gpuslice's namespace, ``data.ledger`` = 
 ``{"<namespace>/<pod>": {"uid", "record", "phase", "time"}}``: every pod holding or acquiring
 a share on the node, as of the last bind. Writes carry the resourceVersion that was read,
 so of two replicas deciding against the same ledger only the first write lands; the
-other gets 409 Conflict, re-reads and decides again. The ledger only serialises: the
-allocation records on the pods stay the source of truth, and a bind unions both.
+other gets 409 Conflict, re-reads and decides again. The ledger is also the source of truth of
+what gpuslice bound: only gpuslice writes it (in its own namespace), while any namespace can
+write its pods' annotations, so a bound record on a pod counts (in a bind's decision, in the
+extender's view, at the node agent's handover) only where the ledger holds that pod, by uid,
+and then as the ledger has it. Deleting a ledger forgets the binds it held.
 """
 
 from __future__ import annotations
@@ -59,10 +62,8 @@ class Ledger:
 
 
 def decode_entries(node: str, text: object) -> dict[str, Entry]:
-    """The entries of ``data.ledger``; malformed ones are logged and left out.
-
-    Leaving one out is safe: a pod that is bound carries its record itself, and a bind
-    decides against the union of both.
+    """The entries of ``data.ledger``; malformed ones are logged and left out (only gpuslice writes
+    the ledger: a malformed entry is damage, and what it held is lost with it).
     """
     if text in (None, ""):
         return {}

@@ -26,11 +26,12 @@ from .options import KubeOptions
 
 log = logging.getLogger("gpuslice.kube.watch")
 
-RESOURCE_OF = {Kind.NODE: "nodes", Kind.POD: "pods", Kind.QUOTA: "gpuquotas"}
+RESOURCE_OF = {Kind.NODE: "nodes", Kind.POD: "pods", Kind.QUOTA: "gpuquotas", Kind.LEDGER: "configmaps"}
 
 
 def object_key(kind: Kind, obj: Mapping[str, Any]) -> str | None:
-    """The node name, or ``namespace/name`` for a pod or a quota; None if the object has no name."""
+    """The node name, or ``namespace/name`` for a pod, a quota or a ledger's ConfigMap; None if the
+    object has no name."""
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
         return None
@@ -55,9 +56,14 @@ class Reflector:
         stop: threading.Event,
         rng: random.Random,
         field_selector: str | None = None,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
     ) -> None:
         self.kind = kind
         self.field_selector = field_selector  # the node agent follows only its node's pods
+        self.namespace = namespace  # the ledgers: gpuslice's namespace, its ConfigMaps by label
+        self.label_selector = label_selector
         self.resource = RESOURCE_OF[kind]
         self._api = api
         self._emit = emit
@@ -85,6 +91,8 @@ class Reflector:
                     field_selector=self.field_selector,
                     limit=self._options.list_page_size,
                     continue_token=token,
+                    namespace=self.namespace,
+                    label_selector=self.label_selector,
                 )
             except GoneError:
                 if token is None:
@@ -166,6 +174,8 @@ class Reflector:
                     self._options.watch_timeout_s,
                     self._options.watch_read_slack_s,
                     self.field_selector,
+                    namespace=self.namespace,
+                    label_selector=self.label_selector,
                 )
                 self._stream = stream
                 if self._stop.is_set():

@@ -5,6 +5,7 @@ row each)."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qsl
 
 import pytest
 
@@ -92,6 +93,13 @@ ALLOWED: list[tuple[str, str, str, str, Any]] = [
         {"metadata": {"annotations": {"gpuslice.io/e2e": "1"}}},
     ),
     ("gpuslice", "list the ledgers", "GET", "/api/v1/namespaces/gpuslice/configmaps", None),
+    (  # a watch of nothing (no such label), ended by the server after a second
+        "gpuslice",
+        "watch the ledgers",
+        "GET",
+        "/api/v1/namespaces/gpuslice/configmaps?watch=true&timeoutSeconds=1&labelSelector=e2e-rbac%3Dnone",
+        None,
+    ),
     ("agent", "get its node", "GET", f"/api/v1/nodes/{NODE}", None),
     ("agent", "list the pods of its node", "GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{NODE}", None),
     ("defrag", "list nodes", "GET", "/api/v1/nodes", None),
@@ -124,8 +132,7 @@ def call(client: Client, method: str, path: str, body: Any) -> Any:
     content_type = "application/merge-patch+json" if method == "PATCH" else "application/json"
     if "?" in path:
         path, query = path.split("?", 1)
-        key, value = query.split("=", 1)
-        return client.request(method, path, body, content_type, **{key: value.replace("%3D", "=")})
+        return client.request(method, path, body, content_type, **dict(parse_qsl(query)))
     return client.request(method, path, body, content_type)
 
 

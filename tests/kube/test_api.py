@@ -44,6 +44,7 @@ def test_the_api_surface_is_exactly_these_calls() -> None:
         ("create", "", "events"),  # a Warning on a node whose inventory cannot be read
         ("get", "", "configmaps"),
         ("list", "", "configmaps"),  # the sweep of what interrupted binds left
+        ("watch", "", "configmaps"),  # the node ledgers, followed: what gpuslice itself bound
         ("create", "", "configmaps"),
         ("update", "", "configmaps"),
         ("list", "gpuslice.io", "gpuquotas"),  # GPU quotas, followed
@@ -62,7 +63,7 @@ def test_every_declared_call_is_made_and_no_other(apiserver: FakeApiServer, make
     backend = make_backend()
     apiserver.put_quota(gpu_quota("default"))
     backend.start(Recorder())
-    wait_until(lambda: apiserver.open_watches() == 3, "the three watches")
+    wait_until(lambda: apiserver.open_watches() == 4, "the four watches (node ledgers too)")
     for name in ("a", "b"):
         live = apiserver.pod("default", name)
         assert live is not None

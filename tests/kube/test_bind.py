@@ -266,19 +266,24 @@ def test_entries_of_deleted_or_finished_pods_free_their_share(apiserver: FakeApi
     assert set(ledger(apiserver)) == {"default/c", "default/d", "default/e", "default/f"}
 
 
-def test_a_lost_ledger_cannot_cause_double_booking(apiserver: FakeApiServer, make_backend: Make) -> None:
+def test_the_ledger_not_the_pods_says_what_gpuslice_bound(apiserver: FakeApiServer, make_backend: Make) -> None:
+    # The ledger is the source of truth of what gpuslice bound: a bound record on a pod is what any
+    # namespace can write. A deleted ledger forgets the binds it held (docs/security.md: the
+    # ledgers are state, not a cache); the node agent still refuses to hand a device named twice.
     node = setup_pods(apiserver, "a", "b", "c", "d", "e")
     backend = make_backend()
     for name in "abcd":
         bind(backend, apiserver, node, name)
-    apiserver.delete_configmap(LEDGER_NS, "gpuslice-node-n1")
     seen: list[Sequence[tuple[str, str]]] = []
-    result = bind(backend, apiserver, node, "e", seen)
-    assert "needs 25 percent compute on one GPU, more than is free" in result.error
-    assert [k for k, _ in seen[0]] == ["default/a", "default/b", "default/c", "default/d"]  # from the pods
+    assert "needs 25 percent compute on one GPU, more than is free" in bind(backend, apiserver, node, "e", seen).error
+    assert [k for k, _ in seen[0]] == ["default/a", "default/b", "default/c", "default/d"]  # from the ledger
+    apiserver.delete_configmap(LEDGER_NS, "gpuslice-node-n1")
+    seen.clear()
+    assert bind(backend, apiserver, node, "e", seen).error == ""
+    assert seen[0] == []  # the records left on a-d vouch for nothing
 
 
-def test_a_corrupt_ledger_is_started_afresh_from_the_pods(apiserver: FakeApiServer, make_backend: Make) -> None:
+def test_a_corrupt_ledger_is_started_afresh(apiserver: FakeApiServer, make_backend: Make) -> None:
     node = setup_pods(apiserver, "a", "b")
     backend = make_backend()
     bind(backend, apiserver, node, "a")
@@ -288,8 +293,8 @@ def test_a_corrupt_ledger_is_started_afresh_from_the_pods(apiserver: FakeApiServ
     apiserver.put_configmap(cm)
     seen: list[Sequence[tuple[str, str]]] = []
     assert bind(backend, apiserver, node, "b", seen).error == ""
-    assert [k for k, _ in seen[0]] == ["default/a"]
-    assert set(ledger(apiserver)) == {"default/b"}  # a's record lives on its pod
+    assert seen[0] == []  # what the ledger held is lost with it: a's record on its pod vouches for nothing
+    assert set(ledger(apiserver)) == {"default/b"}
 
 
 def test_dropping_a_stale_reservation_leaves_a_newer_attempts_record_alone(

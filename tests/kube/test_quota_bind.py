@@ -104,7 +104,7 @@ def test_quotas_are_listed_and_watched_and_their_status_patched(apiserver: FakeA
     backend, recorder = make_backend(), Recorder()
     backend.start(recorder)
     assert recorder.keys(Kind.QUOTA) == {"team/q"}
-    wait_until(lambda: apiserver.open_watches() == 3, "the three watches")
+    wait_until(lambda: apiserver.open_watches() == 4, "the four watches (node ledgers too)")
     apiserver.put_quota(gpu_quota("other", name="r"))
     wait_until(lambda: recorder.keys(Kind.QUOTA) == {"team/q", "other/r"}, "the new quota through the watch")
     backend.quota_status("team", "q", {"used": {"gpus": 1}, "overQuota": False})

@@ -17,7 +17,9 @@ Make = Callable[..., KubeBackend]
 def started(make: Make, apiserver: FakeApiServer, **options: object) -> tuple[KubeBackend, Recorder]:
     backend, recorder = make(**options), Recorder()
     backend.start(recorder)
-    wait_until(lambda: apiserver.open_watches() == 3, "the three watches (nodes, pods, GPU quotas) to open")
+    wait_until(
+        lambda: apiserver.open_watches() == 4, "the four watches (nodes, pods, GPU quotas, node ledgers) to open"
+    )
     return backend, recorder
 
 
@@ -127,7 +129,7 @@ def test_a_failing_consumer_does_not_stop_the_watch(apiserver: FakeApiServer, ma
 
     backend = make_backend()
     backend.start(on_change)
-    wait_until(lambda: apiserver.open_watches() == 3, "the three watches")
+    wait_until(lambda: apiserver.open_watches() == 4, "the four watches (node ledgers too)")
     apiserver.put_pod(gpu_pod("a"))
     apiserver.put_pod(gpu_pod("b"))
     wait_until(lambda: "default/b" in seen, "the second event after the first raised")

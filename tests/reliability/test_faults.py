@@ -174,13 +174,13 @@ def test_watch_faults_and_the_caches_converge(
     first, second = replicas(), replicas()
     assert [bind(first, p, "n1") for p in pods[:2]] == ["", ""]
     wait_for(lambda: api.open_watches("pods") == 2, "both replicas watching pods")
-    # two replicas, each watching nodes, pods and GPU quotas
+    # two replicas, each watching nodes, pods, GPU quotas and node ledgers
     if fault == "drop":
-        assert api.drop_watches() == 6
+        assert api.drop_watches() == 8
     elif fault == "stall":
         api.stall_watches()
     else:
-        assert api.expire_watches() == 6
+        assert api.expire_watches() == 8
     # binds carry on through both replicas while their views lag: the ledger decides
     results = [bind(first if i % 2 else second, p, "n2") for i, p in enumerate(pods[2:7])]
     assert results.count("") == 4 and "no share" in "".join(results)  # 4 halves fit on n2, the 5th does not

@@ -208,7 +208,8 @@ def test_a_forged_record_on_a_pending_pod_neither_claims_nor_blocks_a_share(
     assert notes[PREFIX + "visible-devices"] == "ex2-gpu0" and PREFIX + "mps-memory-limit" not in notes
 
 
-@pytest.mark.parametrize("phase", [None, "allocating", "failed"])
+# "bound": the phase only gpuslice's Binding writes, forged too; the node's ledger holds no such pod.
+@pytest.mark.parametrize("phase", [None, "allocating", "failed", "bound"])
 def test_a_forged_record_on_a_pod_another_binder_placed_is_ignored(
     api: CountingApiServer, replicas: Make, phase: str | None
 ) -> None:
