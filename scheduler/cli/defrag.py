@@ -164,7 +164,8 @@ def defrag(
     else:
         from scheduler.kube import Evictor, KubeConfigError, KubeError
 
-        evictor = Evictor.connect(kubeconfig, api_url)
+        evictor = Evictor.connect(kubeconfig, api_url, prefix=config.prefix, **config.kube.options())
+        cache.uses_ledgers = evictor.keeps_ledgers
         try:
             evictor.snapshot(cache.on_change)
         except KubeError as exc:

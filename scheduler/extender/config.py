@@ -285,9 +285,10 @@ ENV_FIELDS = {
 
 
 # What planning reads of the service's settings (``gpuslice defrag``): the rest (address, TLS,
-# trusted networks, the Kubernetes backend) is the server's, and is ignored there.
+# trusted networks) is the server's, and is ignored there; ``kube`` says where the ledgers live.
 PLANNING_FIELDS = frozenset(
-    {"policy", "prefix", "mps_compute_oversub_pct", "ts_memory_oversub_pct", "log_level", "log_format", "defrag"}
+    {"policy", "prefix", "mps_compute_oversub_pct", "ts_memory_oversub_pct", "log_level", "log_format"}
+    | {"defrag", "kube"}
 )
 
 

@@ -70,6 +70,7 @@ DEFRAG_API_CALLS: frozenset[tuple[str, str, str]] = frozenset(
         ("list", "", "nodes"),
         ("list", "", "pods"),
         ("create", "", "pods/eviction"),
+        ("list", "", "configmaps"),  # the node ledgers, in gpuslice's namespace only (a Role)
     }
 )
 

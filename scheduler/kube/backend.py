@@ -33,6 +33,23 @@ from .reflector import Reflector
 log = logging.getLogger("gpuslice.kube")
 
 
+def ledger_change(change: Change, prefix: str, nodes: dict[str, str]) -> Change:
+    """A ledger ConfigMap's change as the node's :data:`Kind.LEDGER` change: pod key -> uid, record.
+    ``nodes`` remembers each ConfigMap's node, for its deletion (which carries no object)."""
+    obj = change.obj
+    if obj is None:
+        return Change(Kind.LEDGER, nodes.pop(change.key, ""), None)
+    meta = obj.get("metadata")
+    notes = meta.get("annotations") if isinstance(meta, Mapping) else None
+    node = notes.get(prefix + "node") if isinstance(notes, Mapping) else None
+    if not isinstance(node, str) or not node:
+        node = ""  # not one of ours after all (the label alone): it vouches for nothing
+    nodes[change.key] = node
+    data = obj.get("data")
+    entries = decode_entries(node, data.get("ledger") if isinstance(data, Mapping) else None) if node else {}
+    return Change(Kind.LEDGER, node, {k: {"uid": e.uid, "record": e.record} for k, e in entries.items()})
+
+
 class KubeBackend:
     bind_waits = True  # compare-and-set, patches and the Binding: calls to the API server
     keeps_ledgers = True  # the node ledgers (ConfigMaps gpuslice-node-<node>), followed by a watch
@@ -158,19 +175,7 @@ class KubeBackend:
         log.info("synced: %d nodes, %d pods", len(self._reflectors[0].known), len(self._reflectors[1].known))
 
     def _ledger_change(self, change: Change) -> Change:
-        """A ledger ConfigMap's change as the node's :data:`Kind.LEDGER` change: pod key -> uid, record."""
-        obj = change.obj
-        if obj is None:
-            return Change(Kind.LEDGER, self._ledger_nodes.pop(change.key, ""), None)
-        meta = obj.get("metadata")
-        notes = meta.get("annotations") if isinstance(meta, Mapping) else None
-        node = notes.get(self.options.prefix + "node") if isinstance(notes, Mapping) else None
-        if not isinstance(node, str) or not node:
-            node = ""  # not one of ours after all (the label alone): it vouches for nothing
-        self._ledger_nodes[change.key] = node
-        data = obj.get("data")
-        entries = decode_entries(node, data.get("ledger") if isinstance(data, Mapping) else None) if node else {}
-        return Change(Kind.LEDGER, node, {k: {"uid": e.uid, "record": e.record} for k, e in entries.items()})
+        return ledger_change(change, self.options.prefix, self._ledger_nodes)
 
     def _first_list(self, reflector: Reflector) -> str:
         deadline = self._clock.monotonic() + self.options.start_timeout_s

@@ -91,6 +91,21 @@ def encode_entries(entries: Mapping[str, Entry]) -> str:
     return json.dumps({k: entries[k].to_json() for k in sorted(entries)}, separators=(",", ":"))
 
 
+def ledger_configmap(namespace: str, prefix: str, node: str, entries: Mapping[str, Entry]) -> dict[str, Any]:
+    """The ConfigMap that holds ``node``'s ledger (without a resourceVersion)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": ledger_name(node),
+            "namespace": namespace,
+            "labels": dict(MANAGED_BY),
+            "annotations": {prefix + "node": node},
+        },
+        "data": {"ledger": encode_entries(entries)},
+    }
+
+
 class LedgerStore:
     """Reads and compare-and-sets node ledgers in one namespace."""
 
@@ -113,17 +128,7 @@ class LedgerStore:
 
     def write(self, ledger: Ledger, entries: Mapping[str, Entry]) -> Ledger:
         """Replace the ledger if it is still as read (else :class:`ConflictError`); create it if it was absent."""
-        body: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": ledger_name(ledger.node),
-                "namespace": self.namespace,
-                "labels": dict(MANAGED_BY),
-                "annotations": {self._prefix + "node": ledger.node},
-            },
-            "data": {"ledger": encode_entries(entries)},
-        }
+        body = ledger_configmap(self.namespace, self._prefix, ledger.node, entries)
         if ledger.resource_version is None:
             obj = self._api.create_configmap(self.namespace, body)
         else:

@@ -96,6 +96,7 @@ def test_no_other_roles() -> None:
         ("ClusterRole", "gpuslice-agent"),
         ("Role", "gpuslice-agent-ledgers"),
         ("ClusterRole", "gpuslice-defrag"),
+        ("Role", "gpuslice-defrag-ledgers"),
     }
     assert set(bound_roles()) == {
         ("ClusterRoleBinding", "", "gpuslice"),
@@ -143,8 +144,12 @@ def test_the_agent_role_grants_exactly_the_calls_of_the_node_api() -> None:
 
 def test_the_defrag_account_may_evict_and_exactly_as_its_code_does() -> None:
     from scheduler.kube import API_CALLS, DEFRAG_API_CALLS
+    from scheduler.kube.options import KubeOptions
 
-    granted = expand(find("ClusterRole", "gpuslice-defrag")["rules"])
+    # the ledgers: listed, and only in gpuslice's namespace
+    ledgers = expand(find("Role", "gpuslice-defrag-ledgers", namespace=KubeOptions().namespace)["rules"])
+    assert ledgers == [("list", "", "configmaps")]
+    granted = expand(find("ClusterRole", "gpuslice-defrag")["rules"]) + ledgers
     assert len(granted) == len(set(granted))
     assert set(granted) == set(DEFRAG_API_CALLS)
     assert ("create", "", "pods/eviction") in DEFRAG_API_CALLS
@@ -154,7 +159,12 @@ def test_the_defrag_account_may_evict_and_exactly_as_its_code_does() -> None:
             "apiGroup": "rbac.authorization.k8s.io",
             "kind": "ClusterRole",
             "name": "gpuslice-defrag",
-        }
+        },
+        ("RoleBinding", KubeOptions().namespace, "gpuslice-defrag-ledgers"): {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "gpuslice-defrag-ledgers",
+        },
     }
     job = find("CronJob", "gpuslice-defrag")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     assert job["serviceAccountName"] == "gpuslice-defrag"

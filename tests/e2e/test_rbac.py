@@ -9,7 +9,7 @@ from urllib.parse import parse_qsl
 
 import pytest
 
-from tests.e2e.controlplane import ApiError, Client, ControlPlane
+from tests.e2e.controlplane import ApiError, Client, ControlPlane, wait_for
 from tests.e2e.deployed import put_node
 from tests.e2e.nodes import gpu_node
 
@@ -104,6 +104,7 @@ ALLOWED: list[tuple[str, str, str, str, Any]] = [
     ("agent", "list the pods of its node", "GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{NODE}", None),
     ("defrag", "list nodes", "GET", "/api/v1/nodes", None),
     ("defrag", "list pods", "GET", "/api/v1/pods", None),
+    ("defrag", "list the ledgers", "GET", "/api/v1/namespaces/gpuslice/configmaps", None),
 ]
 
 
@@ -125,7 +126,25 @@ def clients(control_plane: ControlPlane, applied: list[dict[str, Any]]) -> dict[
     node["spec"]["taints"].append({"key": "e2e-rbac", "value": "yes", "effect": "NoSchedule"})  # no pod lands here
     put_node(admin, node)
     admin.post(f"/api/v1/namespaces/{TENANT}/pods", POD)
-    return {name: control_plane.client(admin.account_token(ns, account)) for name, (ns, account) in ACCOUNTS.items()}
+    clients = {name: control_plane.client(admin.account_token(ns, account)) for name, (ns, account) in ACCOUNTS.items()}
+    # The API server enforces a ValidatingAdmissionPolicy only once its informer has loaded it (about a
+    # second after the manifests were applied): wait until both accounts' policies refuse a dry run.
+    for name, path, body in (
+        ("gpuslice", POD_PATH, {"metadata": {"labels": {"x": "y"}}}),
+        ("agent", f"/api/v1/nodes/{NODE}", {"metadata": {"annotations": {"gpuslice.io/inventory": "[]"}}}),
+    ):
+        wait_for(f"the admission policy on {name}'s account", lambda n=name, p=path, b=body: refused(clients[n], p, b))
+    return clients
+
+
+def refused(client: Client, path: str, body: Any) -> bool:
+    """Whether the API server refuses ``body`` as a dry-run merge patch of ``path``."""
+    try:
+        client.request("PATCH", path, body, "application/merge-patch+json", dryRun="All")
+    except ApiError as error:
+        assert error.status == 403, error.body
+        return True
+    return False
 
 
 def call(client: Client, method: str, path: str, body: Any) -> Any:

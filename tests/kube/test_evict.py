@@ -11,11 +11,15 @@ import pytest
 from typer.testing import CliRunner
 
 from scheduler.cli import app
+from scheduler.core.pods import BOUND, holding_record
 from scheduler.kube import DEFRAG_API_CALLS, Evictor, KubeApi, Outcome
+from scheduler.kube.ledger import Entry, ledger_configmap
+from scheduler.kube.options import KubeOptions
 from tests.extender.kit import fragmented_cluster, k8s_pod
 from tests.fakes import FakeApiServer, audited
 
 runner = CliRunner()
+PREFIX = "gpuslice.io/"
 PDB_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
 
 
@@ -26,9 +30,19 @@ def apiserver() -> Iterator[FakeApiServer]:
         yield server
 
 
-def load(apiserver: FakeApiServer) -> None:
+def load(apiserver: FakeApiServer, vouched: bool = True) -> None:
+    """The fragmented cluster; with ``vouched``, each node's ledger holds the records its pods carry
+    (as if gpuslice had bound them), else no ledger exists and every record is one written by hand."""
+    ledgers: dict[str, dict[str, Entry]] = {}
     for obj in fragmented_cluster():
         (apiserver.put_node if obj["kind"] == "Node" else apiserver.put_pod)(obj)
+        record = holding_record(obj, PREFIX) if obj["kind"] == "Pod" else None
+        if record is not None:
+            meta = obj["metadata"]
+            entry = Entry(meta["uid"], record, BOUND, "2026-01-01T00:00:00Z")
+            ledgers.setdefault(obj["spec"]["nodeName"], {})[f"{meta['namespace']}/{meta['name']}"] = entry
+    for node, entries in ledgers.items() if vouched else ():
+        apiserver.put_configmap(ledger_configmap(KubeOptions().namespace, PREFIX, node, entries))
 
 
 def served_calls(apiserver: FakeApiServer) -> set[tuple[str, str, str]]:
@@ -84,7 +98,7 @@ def test_without_apply_nothing_is_evicted(apiserver: FakeApiServer) -> None:
     assert result.exit_code == 0, result.output
     assert "evict serve/a0" in result.output and "(a plan only: --apply evicts)" in result.output
     assert not [r for r in apiserver.requests if r[1] == "pods/eviction"]
-    assert served_calls(apiserver) == {("list", "", "nodes"), ("list", "", "pods")}
+    assert served_calls(apiserver) == {("list", "", "nodes"), ("list", "", "pods"), ("list", "", "configmaps")}
 
 
 def test_a_refusal_after_the_dry_run_stops_the_run_there(apiserver: FakeApiServer) -> None:
@@ -100,3 +114,20 @@ def test_a_refusal_after_the_dry_run_stops_the_run_there(apiserver: FakeApiServe
     assert f"stopped at move 1: evicting serve/a0 is refused: {PDB_MESSAGE}" in result.output
     assert apiserver.pod("serve", "a0") is not None and apiserver.pod("serve", "b4") is not None
     assert [r for r in apiserver.requests if r[1] == "pods/eviction"] == [("create", "pods/eviction", "a0")] * 2
+
+
+def test_records_no_ledger_holds_claim_no_gpu_in_the_plan(apiserver: FakeApiServer) -> None:
+    """Written by hand (no ledger holds them), the six records block nothing: train/big fits as
+    things are, and no move is planned; with the ledgers, a0 must move (as above)."""
+    load(apiserver, vouched=False)
+    result = runner.invoke(app, ["defrag", "--api-url", apiserver.url, "-n", "serve", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert (plan["moves"], plan["fitsNow"]) == ([], [{"pod": "train/big", "node": "mig-node"}])
+    for name in ("a0", "a4", "ds", "b0", "lonely", "b4"):
+        apiserver.delete_pod("serve", name)
+    load(apiserver)
+    result = runner.invoke(app, ["defrag", "--api-url", apiserver.url, "-n", "serve", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert ([m["evict"] for m in plan["moves"]], plan["fitsNow"]) == ([["serve/a0"]], [])
