@@ -16,7 +16,7 @@ from ..allocation import Allocation
 from ..capacity import allocated_milli
 from ..request import Demand
 from ..state import NodeState
-from .base import Context, NoOptions, register
+from .base import Context, NoOptions, Normalizing, ScoringTook, Tiebreaking, register
 from .binpack import tightest
 
 MAX_CPU_MILLI = 128_000
@@ -33,7 +33,7 @@ def min_max(scores: np.ndarray) -> np.ndarray:
     return np.asarray((scores - low) * 100 // (high - low), dtype=np.float64)
 
 
-class BestFit:
+class BestFit(Tiebreaking, ScoringTook, Normalizing):
     name = "bestfit"
     tiebreak = staticmethod(tightest)
 

@@ -15,7 +15,7 @@ from ..allocation import Allocation
 from ..capacity import allocated_milli
 from ..request import MILLI, Demand
 from ..state import NodeState
-from .base import Context, NoOptions, Reads, register
+from .base import Context, NoOptions, Reading, Reads, ScoringTook, ScoringWithoutGpu, Tiebreaking, register
 
 READS = frozenset({Reads.CPU_WITHOUT_GPU})
 
@@ -30,12 +30,12 @@ def utilisation_after(state: NodeState, alloc: Allocation) -> float:
     return 100.0 * min(capacity, used) / capacity
 
 
-def tightest(demand: Demand, state: NodeState, alloc: Allocation) -> float:
-    """The tiebreak of the packing policies: the free share left on the GPUs ``alloc`` takes."""
-    return float(state.free_after(alloc))
+def tightest(demand: Demand, state: NodeState, allocation: Allocation) -> float:
+    """The tiebreak of the packing policies: the free share left on the GPUs ``allocation`` takes."""
+    return float(state.free_after(allocation))
 
 
-class Binpack:
+class Binpack(Reading, Tiebreaking, ScoringTook, ScoringWithoutGpu):
     name = "binpack"
     reads = READS
     tiebreak = staticmethod(tightest)

@@ -70,7 +70,19 @@ from ..fragmentation import (
 )
 from ..request import Demand, GpuKind, GpuRequest
 from ..state import NodeState
-from .base import Cluster, Context, Reads, register
+from .base import (
+    Adjusting,
+    Cluster,
+    Context,
+    Learning,
+    Preparing,
+    Reading,
+    Reads,
+    ScoringNodes,
+    ScoringWithoutGpu,
+    Tiebreaking,
+    register,
+)
 
 DEFAULT_STRANDING_WEIGHT = 4.0
 DEFAULT_BALANCE_WEIGHT = 75.0
@@ -110,7 +122,7 @@ class FgdCpuOptions:
                 raise ValueError(f"{field} must be a finite number >= 0, got {value!r}")
 
 
-class FgdCpu:
+class FgdCpu(Reading, Learning, Preparing, ScoringNodes, ScoringWithoutGpu, Tiebreaking, Adjusting):
     name = "fgd-cpu"
     reads = frozenset({Reads.CPU, Reads.GAPS})
 
