@@ -105,6 +105,7 @@ from .reserve import free_by_group, inside, milli_on, pressure, price, squash
 POINTS_PER_MILLI = 50.0 / SCORE_SCALE_MILLI  # fgd-cpu's scale near the middle
 STEPS = 8  # the CPU-bound factor moves in eighths
 LEVELS = np.arange(GAP_LEVELS + 1)  # a gap level's free share, in hundredths of a GPU
+RULES = ("reservation", "cpu-bound", "departures", "mig-balance", "mig-cpu", "gpu-cpu")  # see the module
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +118,16 @@ class FgdReserveOptions(FgdCpuOptions):
     gpu_cpu_price: float = 30.0  # points a pod without GPUs loses on a GPU node while a node without GPUs takes it
     learn_settle: int = 256  # re-estimates of the workload: by 1.5x steps until this many pods,
     learn_late_growth: float = 4.0  # then by this factor
+    rules: tuple[str, ...] = RULES  # the rules added to fgd-cpu's score (all by default)
 
     def __post_init__(self) -> None:
         FgdCpuOptions.__post_init__(self)
+        if isinstance(self.rules, str) or not all(isinstance(rule, str) for rule in self.rules):
+            raise ValueError(f"rules must be a list of rule names, got {self.rules!r}; accepted: {', '.join(RULES)}")
+        unknown = [rule for rule in self.rules if rule not in RULES]
+        if unknown:
+            raise ValueError(f"unknown rule {unknown[0]!r}; accepted: {', '.join(RULES)}")
+        object.__setattr__(self, "rules", tuple(self.rules))
         if not 0 <= self.reserve_weight < float("inf"):
             raise ValueError(f"reserve_weight must be a finite number >= 0, got {self.reserve_weight!r}")
         if not 0 <= self.reserve_start < 1:
@@ -261,7 +269,7 @@ class FgdReserve(FgdCpu):
         what a hole admits depends on its slots (see the module: the balance and MIG)."""
         groups = cluster.groups
         mig = self._mig(groups)
-        if not mig.any():
+        if not mig.any() or "mig-balance" not in self.options.rules:
             return cluster.gaps, None
         gaps: np.ndarray = groups.gaps[~mig].sum(axis=0)
         return gaps, self._on(groups, mig)
@@ -270,7 +278,7 @@ class FgdReserve(FgdCpu):
         """A pod without GPUs loses ``mig_cpu_price`` points on MIG nodes once a class that
         only MIG GPUs can take (MIG profiles) has been seen (see the module: MIG nodes' CPU)."""
         mig = self._mig(groups)
-        if not mig.any() or not self.options.mig_cpu_price:
+        if not mig.any() or not self.options.mig_cpu_price or "mig-cpu" not in self.options.rules:
             return scores
         self._learn_classes(groups)
         masks = self._masks
@@ -285,7 +293,7 @@ class FgdReserve(FgdCpu):
         GPUs can take it (see the module: GPU nodes' CPU)."""
         price = self.options.gpu_cpu_price
         on_gpu = groups.node_group >= 0
-        if not price or not (~on_gpu & (scores > -np.inf)).any():
+        if not price or "gpu-cpu" not in self.options.rules or not (~on_gpu & (scores > -np.inf)).any():
             return scores
         return np.where(on_gpu & (scores > -np.inf), squash(scores - price), scores)
 
@@ -309,16 +317,17 @@ class FgdReserve(FgdCpu):
 
     def adjust(self, demand: Demand, scores: np.ndarray, cluster: Cluster) -> np.ndarray:
         """fgd-cpu's balance, then each node's group price (see the module)."""
-        self._follow_departures(cluster)
+        if "departures" in self.options.rules:
+            self._follow_departures(cluster)
         out = super().adjust(demand, scores, cluster)
-        if self._kappa_due:
+        if self._kappa_due and "cpu-bound" in self.options.rules:
             self._follow_cpu(cluster)
         groups = cluster.groups
         if not len(groups.keys):  # no GPU node yet: the pods seen wait to be sorted into classes
             return out
         if demand.gpu.kind is GpuKind.NONE:
             return self._gpu_cpu(self._mig_cpu(out, groups), groups)
-        if not self.options.reserve_weight:
+        if not self.options.reserve_weight or "reservation" not in self.options.rules:
             return out
         self._learn_classes(groups)
         if not self._volumes.size:
