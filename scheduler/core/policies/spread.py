@@ -19,7 +19,7 @@ class Spread(Reading, Tiebreaking):
     tiebreak = staticmethod(tightest)
 
     def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
-        return float(100 - int(utilisation_after(state, allocation)))
+        return 100.0 - utilisation_after(state, allocation)
 
 
 @register("spread")
