@@ -127,11 +127,11 @@ def test_the_route_plans_with_a_policy_of_its_own(serve: Any, monkeypatch: pytes
 
     real_plan = defrag.plan
     monkeypatch.setattr(defrag, "plan", plan)
-    before = (live._free, live._taken, live._freed, live.balance_weight)
+    before = (live.flow, live.balance_weight)
     assert [m["admits"] for m in svc.http.get("/debug/defrag").json()["moves"]] == ["train/big"]
     (policy,) = asked
     assert policy is not live and policy.name == live.name
-    assert (live._free, live._taken, live._freed, live.balance_weight) == before
+    assert (live.flow, live.balance_weight) == before
     # it was told of the cluster's pods (the six 1g pods, the 3g waiting, web), as the serving
     # policy is of the pods it sees
     assert sorted(d.gpu.describe() for d in told) == sorted(["MIG 1g.10gb"] * 6 + ["MIG 3g.40gb", "no GPU"])
