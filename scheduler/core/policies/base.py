@@ -61,7 +61,11 @@ what it needs):
     instead of ``score`` node by node (such a placement moves no gap).
 ``observe(demand)``
     Told of each pod once, at its first sight (online policies learn here), and
-    ``version``, raised whenever what it learned changes its scores.
+    ``version``, raised whenever what it learned changes its scores. What it learned (and what
+    its ``adjust`` follows of the cluster from call to call) is held by the face that owns the
+    policy; :func:`fork` copies it whole, for questions about clusters that are not the one it
+    serves (the defragmentation planners ask such a copy, not a second instance told the same
+    pods).
 
 A policy's options are a frozen dataclass (``options``, registered with it): the service's
 configuration validates them by field path, and the simulator passes a :class:`Context`
@@ -71,6 +75,7 @@ may use or ignore.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -389,6 +394,19 @@ def tell(policy: Policy, demand: Demand) -> None:
     learning = capabilities(policy).learning
     if learning is not None:
         learning.observe(demand)
+
+
+def fork(policy: Policy) -> Policy:
+    """A copy of ``policy`` with what it has learned and what it follows of the cluster, to ask
+    about clusters that are not the one it serves (a defragmentation plan's): asking the copy
+    changes nothing of the original, and the face that owns the policy needs no second one told
+    of the same pods. A policy that neither learns nor adjusts keeps nothing between calls that
+    an answer could change: the policy itself."""
+    can = capabilities(policy)
+    if can.learning is None and can.adjust is None:
+        return policy
+    copied: Policy = copy.deepcopy(policy)
+    return copied
 
 
 def version(policy: Policy) -> int:
