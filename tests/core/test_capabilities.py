@@ -9,6 +9,7 @@ import pytest
 
 from scheduler.core.allocation import Allocation
 from scheduler.core.board import Board
+from scheduler.core.errors import ConfigError
 from scheduler.core.fit import fit
 from scheduler.core.policies import REGISTRY, make_policy
 from scheduler.core.policies.base import (
@@ -156,3 +157,13 @@ def test_adjust_reading_a_part_of_the_cluster_it_does_not_declare_fails_by_name(
         Board(states).scores(policy(), demand)
     with pytest.raises(ReadsError, match=f"policy {policy.name} read the cluster's {part}"):
         rank(policy(), demand, states)
+
+
+def test_a_policys_options_are_checked_by_the_core_at_any_depth() -> None:
+    # the one check both faces use (the service's configuration loader calls the same function)
+    with pytest.raises(ConfigError, match=r"^policy fgd: unknown option 'workload.0.wieght'; accepted: weight, cpu,"):
+        make_policy("fgd", {"workload": [{"wieght": 1}]})
+    with pytest.raises(ConfigError, match=r"^policy fgd-reserve: unknown option 'reserve_weigth'; accepted: workload,"):
+        make_policy("fgd-reserve", {"reserve_weigth": 1})
+    with pytest.raises(ConfigError, match=r"^policy fgd-reserve: reserve_weight must be a finite number >= 0"):
+        make_policy("fgd-reserve", {"reserve_weight": -1})

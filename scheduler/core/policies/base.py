@@ -90,6 +90,7 @@ from ..fragmentation import ShareCandidates, TypicalWorkload
 from ..groups import Groups
 from ..request import Demand, GpuKind
 from ..state import NodeState
+from .options import unknown_options
 
 
 class Reads(StrEnum):
@@ -357,12 +358,11 @@ def make_policy(name: str, options: Any = None, context: Context | None = None) 
     if options is None:
         options = found.options()
     elif isinstance(options, Mapping):
-        accepted = [f.name for f in dataclasses.fields(found.options)]
-        unknown = sorted(set(options) - set(accepted))
+        unknown = unknown_options(found.options, options)
         if unknown:
-            raise ConfigError(
-                f"policy {name}: unknown option {unknown[0]!r}; accepted: {', '.join(accepted) or 'none'}"
-            )
+            where, accepted, _ = unknown[0]
+            shown = ".".join(map(str, where))
+            raise ConfigError(f"policy {name}: unknown option {shown!r}; accepted: {', '.join(accepted) or 'none'}")
         try:
             options = found.options(**options)
         except (TypeError, ValueError) as exc:
