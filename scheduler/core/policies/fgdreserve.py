@@ -10,13 +10,15 @@ simulations/fgd-reserve/ablation.md does):
 * ``gpu-cpu`` (:mod:`.rules.gpucpu`): GPU nodes' CPU is kept for GPU pods while nodes without
   GPUs can take a pod that asks none.
 
-Why each stays (held-out seeds, each rule removed with the others kept; the ablation table has
-the figures, the seeds' spread and each rule alone): without the reservation the pinned openb
-traces leave far more GPU unallocated; without ``cpu-bound`` and without ``mig-balance`` the
-held-out MIG arrivals replay turns away 10-14 more pods a run (beyond the seeds' spread of
-8); ``departures`` was chosen on the MPS/time-slicing replay, where the balance otherwise
-spreads shares as pods leave; ``gpu-cpu`` acts only where some node has no GPU, which no
-recorded simulation has but a live cluster has (simulations/README.md, "GPU nodes' CPU").
+Why each stays (simulations/fgd-reserve/ablation.md: each rule removed with the others kept, on
+held-out seeds, against the seeds' spread, the sd of the per-seed differences): without the
+reservation the MPS/time-slicing replay turns away 7.8 more pods a run (sd 4.4), and the openb
+variant with a third of the GPU pods pinned (gen-gpuspec33-s2, seed 42) leaves 12.68% of its GPU
+unallocated instead of 4.62%; without
+``departures`` that replay turns away 13.0 more (sd 5.6); without ``cpu-bound`` the MIG arrivals
+replay turns away 10.7 more (sd 7.7), without ``mig-balance`` 14.2 more (sd 8.2). ``gpu-cpu``
+acts only where some node has no GPU, which no recorded replay has and a live cluster has
+(simulations/README.md, "GPU nodes' CPU").
 A sixth rule, a price on MIG nodes' CPU for pods without GPUs once MIG profiles were seen,
 moved both held-out MIG replays by less than their seeds' spread, and was removed.
 
