@@ -12,6 +12,7 @@ from scheduler.core.capacity import device_key
 from scheduler.core.catalog import CATALOG, GpuModel
 from scheduler.core.fragmentation import ShareCandidates
 from scheduler.core.inventory import Device, MigInstance, Node, SharingMode
+from scheduler.core.policies.base import CAPABILITIES, Policy, capabilities, tell, version
 from scheduler.core.request import DEFAULT_PREFIX
 from scheduler.core.state import NodeState
 
@@ -110,3 +111,24 @@ def share_candidates(nodes: Sequence[tuple[NodeState, Sequence[Allocation]]]) ->
             shares.setdefault(int(labels[i, share.index]), share)
     states = [state for state, _ in nodes]
     return ShareCandidates(states, labels, np.array(node, dtype=np.int64), np.array(gpu, dtype=np.int64), shares)
+
+
+def without(policy: Policy, *dropped: type[Any]) -> Policy:
+    """``policy`` without the capabilities ``dropped`` (protocols of
+    :mod:`scheduler.core.policies.base`): a policy that answers as it does, through the code
+    paths left (``score_nodes`` dropped: the board scores its candidates one by one)."""
+    bases = type(policy).__mro__
+    keep = tuple(p for p in CAPABILITIES.values() if p in bases and p not in dropped)
+    parts: dict[str, Any] = {"name": f"{policy.name}-without", "score": lambda self, *a: policy.score(*a)}
+    for attribute, protocol in CAPABILITIES.items():
+        if protocol not in keep:
+            continue
+        if attribute == "reads":
+            parts["reads"] = capabilities(policy).reads
+        elif attribute == "observe":
+            parts["version"] = property(lambda self: version(policy))
+            parts["observe"] = lambda self, demand: tell(policy, demand)
+        else:
+            parts[attribute] = (lambda name: lambda self, *a: getattr(policy, name)(*a))(attribute)
+    made: Policy = type("Without", keep, parts)()
+    return made

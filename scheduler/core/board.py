@@ -64,7 +64,7 @@ from .fragmentation import ShareCandidates
 from .groups import Groups, device_group, node_group
 from .ids import Ids
 from .inventory import Device, Node, SharingMode
-from .policies.base import Policy, Reads, demand_key, reads, version
+from .policies.base import Policy, Reads, capabilities, demand_key, reads, version
 from .request import MILLI, Demand, GpuKind, GpuRequest
 from .select import NO_MOVE, Placement, Scored, evaluate, finish, firsts, score_firsts
 from .state import NodeState
@@ -877,14 +877,14 @@ class Board:
         share that takes the most of its hosting GPUs (the score never falls as a share takes
         more); what a share takes is known per device state (:class:`_Hosting`). False where
         it does not apply."""
-        score_took = getattr(policy, "score_took", None)
+        score_took = capabilities(policy).score_took
         gpu = demand.gpu
         if score_took is None or gpu.kind is GpuKind.NONE or gpu.count > 1 or reads(policy) & _READS_PER_NODE:
             return False
         rows = self._devs[work]
         hosting = self._hosted(gpu, rows)
         took = np.where(hosting.hosts[rows], hosting.took[rows], -1).max(axis=1)
-        table.scores[work] = score_took(
+        table.scores[work] = score_took.score_took(
             demand, self._cpu_free[work], self._gpu_free[work], self._gpu_capacity[work], took
         )
         table.moves[:, work] = -1
@@ -904,12 +904,12 @@ class Board:
         is told every candidate first. A pod without a GPU request has one placement per node,
         taking no GPU: a policy with ``score_without_gpu`` scores many such nodes at once."""
         gpu = demand.gpu
-        prepare = getattr(policy, "prepare", None)
-        without_gpu = getattr(policy, "score_without_gpu", None)
+        can = capabilities(policy)
+        prepare, without_gpu = can.prepare, can.score_without_gpu
         if gpu.kind is GpuKind.NONE and without_gpu is not None and len(positions) >= _AT_ONCE_FROM:
             # one placement per node, taking no GPU: no gap move
             states = list(map(self._state, positions.tolist()))
-            values = np.array(without_gpu(demand, states, self._devs[positions]), dtype=float)
+            values = np.array(without_gpu.score_without_gpu(demand, states, self._devs[positions]), dtype=float)
             return values, np.full((len(values), 2), NO_MOVE, dtype=np.int64)
         if gpu.kind is GpuKind.NONE or gpu.count > 1:
             found = (
@@ -919,14 +919,14 @@ class Board:
             )
             candidates = [(state, firsts(state, got.allocations)) for state, got in found if got]
             if prepare is not None:
-                prepare(demand, [(state, alloc) for state, allocs in candidates for alloc in allocs])
+                prepare.prepare(demand, [(state, alloc) for state, allocs in candidates for alloc in allocs])
             scored = iter([score_firsts(policy, demand, state, allocs) for state, allocs in candidates])
             return _as_arrays([next(scored) if got else got.reason for _, got in found])
         rows = self._devs[positions]
         hosts = self._hosted(gpu, rows).hosts[rows]
-        at_once = getattr(policy, "score_nodes", None)
+        at_once = can.score_nodes
         if at_once is not None and len(positions) >= _AT_ONCE_FROM:
-            values, moves = at_once(demand, self._candidates(gpu, positions, rows, hosts))
+            values, moves = at_once.score_nodes(demand, self._candidates(gpu, positions, rows, hosts))
             return values, moves
         # the states the rules of arrays answer take exactly what is asked where they host it
         sharing = (hosts & self._by_arrays(gpu, rows)).tolist()
@@ -943,7 +943,7 @@ class Board:
                     mine.append(Allocation(node.name, (share,), demand.cpu_milli, demand.memory_mib))
             nodes.append((state, mine))
         if prepare is not None:
-            prepare(demand, [(state, alloc) for state, allocs in nodes for alloc in allocs])
+            prepare.prepare(demand, [(state, alloc) for state, allocs in nodes for alloc in allocs])
         return _as_arrays([score_firsts(policy, demand, state, allocs) for state, allocs in nodes])
 
     def _several_fits(self, demand: Demand, positions: np.ndarray) -> list[tuple[NodeState, Fit]]:

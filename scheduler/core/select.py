@@ -14,7 +14,7 @@ what it worked out from call to call; these functions are what it is checked aga
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -25,11 +25,10 @@ from .allocation import Allocation
 from .capacity import GAP_LEVELS, add_share, device_key, free_milli, gap_level
 from .fit import gpu_fit, host_reason
 from .groups import Groups, groups_of
-from .policies.base import Policy, Reads, reads
+from .policies.base import Declared, Policy, Reads, capabilities, reads
 from .request import Demand, GpuKind
 from .state import NodeState
 
-Tiebreak = Callable[[Demand, NodeState, Allocation], float]
 NO_MOVE = (-1, -1)
 
 
@@ -71,10 +70,10 @@ def _groups(state: NodeState, allocations: Sequence[Allocation]) -> list[list[Al
 
 def _best_of(policy: Policy, demand: Demand, state: NodeState, members: Sequence[Allocation]) -> Allocation:
     """Among equally scored candidates, the lowest tiebreak, then the first."""
-    tiebreak: Tiebreak | None = getattr(policy, "tiebreak", None)
-    if tiebreak is None or len(members) == 1:
+    tiebreaking = capabilities(policy).tiebreak
+    if tiebreaking is None or len(members) == 1:
         return members[0]
-    return min(members, key=lambda a: tiebreak(demand, state, a))
+    return min(members, key=lambda a: tiebreaking.tiebreak(demand, state, a))
 
 
 def gap_move(demand: Demand, state: NodeState, alloc: Allocation) -> tuple[int, int]:
@@ -179,15 +178,14 @@ def gap_histogram(states: Iterable[NodeState]) -> np.ndarray:
 def finish(policy: Policy, demand: Demand, scores: np.ndarray, cluster: Any) -> np.ndarray:
     """Raw scores (``-inf`` where the pod does not fit) through the policy's cluster-wide
     ``adjust``, then its ``normalize`` over the nodes that fit."""
-    adjust = getattr(policy, "adjust", None)
-    if adjust is not None:
-        scores = adjust(demand, scores, cluster)
-    normalize = getattr(policy, "normalize", None)
-    if normalize is not None:
+    can = capabilities(policy)
+    if can.adjust is not None:
+        scores = can.adjust.adjust(demand, scores, Declared(cluster, can.reads, policy.name))
+    if can.normalize is not None:
         fits = scores > -np.inf
         if fits.any():
             scores = scores.copy()
-            scores[fits] = normalize(scores[fits])
+            scores[fits] = can.normalize.normalize(scores[fits])
     return scores
 
 

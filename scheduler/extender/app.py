@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
 from scheduler import logs
+from scheduler.core.policies import fork
 
 from . import wire
 from .defrag import plan_cluster, plan_json
@@ -281,7 +282,9 @@ def defrag_plan(extender: Extender) -> dict[str, Any]:
     """``/debug/defrag``: the plan for the cluster as the service sees it, with its settings."""
     settings = extender.config.defrag
     options = settings.options()
-    found, inputs = plan_cluster(extender.cache, extender.config, settings.namespaces, options)
+    with extender.cache.lock:  # the serving policy is copied whole, not half-way through a call
+        serving = fork(extender.policy)
+    found, inputs = plan_cluster(extender.cache, extender.config, settings.namespaces, options, serving)
     return plan_json(found, inputs, settings.namespaces, options)
 
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from scheduler.core.defrag import PlanOptions
 from scheduler.core.errors import ConfigError
 from scheduler.core.policies import REGISTRY, Policy, make_policy, options_of
+from scheduler.core.policies.options import unknown_options
 from scheduler.core.request import DEFAULT_PREFIX
 
 from . import config_errors
@@ -52,7 +53,7 @@ def policy_options(name: str, given: Mapping[str, Any]) -> Any:
     """``given`` validated as the options dataclass of policy ``name`` (:class:`OptionErrors`
     naming each bad field by its path, and the accepted fields for an unknown one)."""
     kind = options_of(name)
-    unknown = config_errors.unknown_options(kind, given)
+    unknown = unknown_options(kind, given)
     if unknown:
         raise OptionErrors(
             [

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
-Loc = tuple[int | str, ...]
+from scheduler.core.policies.options import Loc, unwrap
 
 
 def dotted(loc: Loc) -> str:
@@ -34,17 +34,6 @@ def dotted(loc: Loc) -> str:
         elif not part.startswith(("function-", "tagged-")):
             out += ("." if out else "") + part
     return out or "(the file)"
-
-
-def _unwrap(annotation: Any) -> Any:
-    """The type inside ``X | None``, ``tuple[X, ...]`` and ``Annotated[X, ...]``."""
-    while True:
-        origin = typing.get_origin(annotation)
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if (origin in (typing.Union, types.UnionType) and len(args) == 1) or origin is typing.Annotated:
-            annotation = args[0]
-        else:
-            return annotation
 
 
 def _field(model: type[BaseModel], key: str) -> FieldInfo | None:
@@ -73,9 +62,9 @@ def section(root: type[BaseModel], loc: Loc) -> tuple[type[BaseModel] | None, Fi
             return model, None
         if i == len(loc) - 1:
             return model, info
-        inner = _unwrap(info.annotation)
+        inner = unwrap(info.annotation)
         if typing.get_origin(inner) is tuple:
-            inner = _unwrap(typing.get_args(inner)[0])
+            inner = unwrap(typing.get_args(inner)[0])
         model = inner if isinstance(inner, type) and issubclass(inner, BaseModel) else None
     return model, info
 
@@ -108,12 +97,12 @@ def accepted(info: FieldInfo | None) -> str:
     """What a field accepts, in words: ``a whole number from 0 to 65535``."""
     if info is None:
         return ""
-    kind = _unwrap(info.annotation)
+    kind = unwrap(info.annotation)
     origin = typing.get_origin(kind)
     if origin is Literal:
         return "one of " + ", ".join(str(a) for a in typing.get_args(kind))
     if origin in (typing.Union, types.UnionType):
-        kinds = {_unwrap(a) for a in typing.get_args(kind) if a is not type(None)}
+        kinds = {unwrap(a) for a in typing.get_args(kind) if a is not type(None)}
         kind = int if kinds <= {int, str} else kind  # a quantity: 4 or "500m"
     if origin is tuple:
         return "a list"
@@ -154,33 +143,3 @@ def explain(error: ErrorDetails, root: type[BaseModel], where: str) -> str:
 
 
 __all__ = ["accepted", "dotted", "explain", "keys", "section"]
-
-
-def unknown_options(kind: type, values: Any, path: Loc = ()) -> list[tuple[Loc, list[str], str]]:
-    """The keys of ``values`` that no field of the dataclass ``kind`` (or of a dataclass inside
-    it, in a list too) names: (where, the keys accepted there, the closest one or "").
-
-    pydantic ignores such keys in a plain dataclass; a misspelt option must not pass unseen.
-    Keys are compared with dashes as underscores (``gpu-fraction`` is ``gpu_fraction``).
-    """
-    import dataclasses
-
-    if not (dataclasses.is_dataclass(kind) and isinstance(values, Mapping)):
-        return []
-    fields = {f.name: f for f in dataclasses.fields(kind)}
-    names = [n.replace("_", "-") if n.startswith(("gpu_", "mig_")) else n for n in fields]
-    found: list[tuple[Loc, list[str], str]] = []
-    for key, value in values.items():
-        field = fields.get(str(key).replace("-", "_"))
-        if field is None:
-            near = difflib.get_close_matches(str(key), names, n=1)
-            found.append(((*path, key), names, near[0] if near else ""))
-            continue
-        inner = _unwrap(field.type if not isinstance(field.type, str) else typing.get_type_hints(kind)[field.name])
-        if typing.get_origin(inner) in (tuple, list):
-            element = _unwrap(typing.get_args(inner)[0])
-            for i, item in enumerate(value if isinstance(value, list | tuple) else []):
-                found.extend(unknown_options(element, item, (*path, key, i)))
-        else:
-            found.extend(unknown_options(inner, value, (*path, key)))
-    return found

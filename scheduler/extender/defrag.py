@@ -20,7 +20,7 @@ from scheduler.core.defrag import Mover, Plan, PlanOptions, Waiting, plan
 from scheduler.core.errors import RequestError
 from scheduler.core.fragmentation import DEFAULT_WORKLOAD, Fragmentation, TypicalWorkload
 from scheduler.core.pods import NODE_BOUND_OWNERS, controller_of, has_ended, priority_of
-from scheduler.core.policies import tell
+from scheduler.core.policies import Policy, tell
 from scheduler.core.request import Demand, GpuKind, parse_pod
 from scheduler.core.state import NodeState
 
@@ -78,17 +78,26 @@ def _recreated(obj: Any) -> bool:
 
 
 def plan_cluster(
-    cache: ClusterCache, config: ServeConfig, namespaces: Collection[str], options: PlanOptions
+    cache: ClusterCache,
+    config: ServeConfig,
+    namespaces: Collection[str],
+    options: PlanOptions,
+    forked: Policy | None = None,
 ) -> tuple[Plan, Inputs]:
-    """The plan for the cache's cluster, with an instance of ``config``'s policy made for it and
-    told of every pod the cache holds, as a serving policy is of the pods it sees. Never the
-    serving instance: planning asks the policy about clusters that are not the live one, and a
+    """The plan for the cache's cluster, asking ``forked``: a copy of the serving policy
+    (:func:`~scheduler.core.policies.base.fork`, with what it learned), never the serving
+    instance itself: planning asks the policy about clusters that are not the live one, and a
     policy that follows the cluster from call to call (fgd-reserve's departures rule) would take
-    them for it."""
+    them for it. Without one (``gpuslice defrag``, which serves nothing), an instance of
+    ``config``'s policy told of every pod the cache holds, as a serving policy is of the pods it
+    sees."""
     inputs = gather(cache, config.prefix, namespaces)
-    policy = config.make_policy()
-    for demand in inputs.seen:
-        tell(policy, demand)
+    if forked is not None:
+        policy = forked
+    else:
+        policy = config.make_policy()
+        for demand in inputs.seen:
+            tell(policy, demand)
     found = plan(inputs.states, inputs.pending, inputs.movers, policy, Fragmentation(inputs.workload), options)
     return found, inputs
 

@@ -14,14 +14,12 @@ A move: its pods are evicted (their shares released); the pending pod it is for 
 controllers would, keeping their departure times, and placed where the policy puts them. One
 that fits nowhere waits like a pending pod, and if it still fits nowhere at the next run it is
 lost (``lost``, apart from the pods turned away). Every pod may move (the simulated workload
-stands for Deployments); the planner plans with the run's node ranks and an instance of the
-run's policy of its own, told of the same arrivals. Its own, because planning asks the policy
-about clusters that are not the replay's, and a policy that follows the cluster from call to call
-(fgd-reserve's departures rule) would take them for it and place the replay's pods differently.
-Its predicted landings are where the replay places the pods for a policy that keeps nothing of
-the cluster between calls (binpack, FGD); fgd-reserve's instance follows the planning runs only,
-so its balance weight may differ from the replay's (seeds 1-4 of both timed scenarios, 4
-evictions a run: no evicted pod was lost).
+stands for Deployments); the planner plans with the run's node ranks and a copy of the run's
+policy (:func:`~scheduler.core.policies.base.fork`) made at each run, with what it has learned:
+planning asks the policy about clusters that are not the replay's, and a policy that follows the
+cluster from call to call (fgd-reserve's departures rule) would take them for it and place the
+replay's pods differently. Its predicted landings are where the replay places the pods (seeds 1-4
+of both timed scenarios, 4 evictions a run: no evicted pod was lost).
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from scheduler.core.defrag import Mover, PlanOptions, Waiting, plan
 from scheduler.core.errors import ConfigError
-from scheduler.core.policies import Policy
+from scheduler.core.policies import fork
 
 from .model import SimPod
 
@@ -64,8 +62,8 @@ class _Waiter:
 
 
 class Defragmenter:
-    def __init__(self, spec: DefragSpec, run: Replay, order: Mapping[str, int], policy: Policy) -> None:
-        self.spec, self.run, self.order, self.policy = spec, run, dict(order), policy
+    def __init__(self, spec: DefragSpec, run: Replay, order: Mapping[str, int]) -> None:
+        self.spec, self.run, self.order = spec, run, dict(order)
         self.options = PlanOptions(max_evictions=spec.budget, min_fall_milli=spec.min_fall_milli)
         self.next_run = spec.every_s
         self.waiting: list[_Waiter] = []
@@ -125,7 +123,7 @@ class Defragmenter:
         if self.spec.budget > 0:
             pending = [Waiting(w.pod.name, w.pod.demand) for w in self.waiting]
             movers = [Mover(name, pod.demand) for name, pod in run.running.items()]
-            found = plan(run.board.states, pending, movers, self.policy, run.measure, self.options, self.order)
+            found = plan(run.board.states, pending, movers, fork(run.policy), run.measure, self.options, self.order)
             for move in found.moves:
                 self._carry_out(move.evict, move.admits, time)
             self._retry()  # a move may have made room for another waiting pod too

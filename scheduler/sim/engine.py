@@ -213,8 +213,8 @@ def simulate(
         or any(g.namespace != "default" for g in trace.generators)
     )
     waiting = None
-    if defrag is not None:  # the planner's policy is its own (see Defragmenter), told of the same arrivals
-        waiting = Defragmenter(defrag, run, order, build_policy(policy_name, seed, workload, policy_options))
+    if defrag is not None:  # the planner asks a copy of the run's policy (see Defragmenter)
+        waiting = Defragmenter(defrag, run, order)
     reference = trace.reference_memory_mib()
     arrived_total = 0
 
@@ -241,8 +241,7 @@ def simulate(
         else:
             demand = pod.demand
             arrived_total += request_milli(demand, reference)
-            for told in (policy,) if waiting is None else (policy, waiting.policy):
-                tell(told, demand)
+            tell(policy, demand)
             node = run.place(pod)
             if node == HELD_BY_QUOTA:  # apart from the pods that fit nowhere
                 failed += 1

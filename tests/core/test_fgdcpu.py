@@ -83,7 +83,7 @@ def test_cpu_heavy_gpu_pod_goes_to_the_cpu_rich_node() -> None:
     ],
 )
 def test_local_score_is_whole_points(fall: float, points: float) -> None:
-    assert FgdCpu._score(fall) == points
+    assert FgdCpu._scores(np.array([fall])).tolist() == [points]
     assert points == round(50 + 50 * math.tanh(fall / 2000))
 
 
@@ -158,6 +158,11 @@ def test_cost_after_a_pod_without_gpus_is_worked_out_in_full(used_cpu: int) -> N
     state = NodeState(base.node, base.usage, used_cpu)
     frag = policy.fragmentation
     gpu_free = sum(free for free, _ in frag.profiles(state))
+
+    def stranded(cpu_free: int) -> float:  # S_n by hand: the GPU the typical mix could not use
+        return max(0.0, gpu_free - policy.ratio * cpu_free)
+
+    assert policy.ratio > 0
     levels = set()
     for cpu_request in range(0, state.cpu_free + 1, 1_000):
         found = fit(Demand(cpu_request, 0, GpuRequest(GpuKind.NONE, 0)), state)
@@ -165,9 +170,8 @@ def test_cost_after_a_pod_without_gpus_is_worked_out_in_full(used_cpu: int) -> N
         before, after = policy._costs(state, found.allocations[0])
         cpu_after = state.cpu_free - cpu_request
         levels.add(frag.cpu_level(cpu_after))
-        stranded = policy.stranding_weight * policy.stranded(gpu_free, cpu_after)
-        assert after == frag.frag(frag.profiles(state), cpu_after) + stranded
-        assert before == frag.node_frag(state) + policy.stranding_weight * policy.stranded(gpu_free, state.cpu_free)
+        assert after == frag.frag(frag.profiles(state), cpu_after) + policy.stranding_weight * stranded(cpu_after)
+        assert before == frag.node_frag(state) + policy.stranding_weight * stranded(state.cpu_free)
     assert len(levels) == 1 + sum(state.cpu_free >= c for c in (12_000, 20_000))  # the edges were crossed
 
 

@@ -21,10 +21,11 @@ from scheduler.core.fragmentation import Fragmentation, Shape, TypicalWorkload
 from scheduler.core.inventory import MigInstance, Node, SharingMode
 from scheduler.core.mig import best_start, slot_of
 from scheduler.core.policies import REGISTRY, make_policy, options_of
+from scheduler.core.policies.base import ScoringNodes, ScoringTook, ScoringWithoutGpu, capabilities, tell
 from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.select import evaluate, firsts, score_firsts
 from scheduler.core.state import NodeState, rebuild
-from tests.builders import make_device, share_candidates
+from tests.builders import make_device, share_candidates, without
 
 MODELS = ["A100-80GB", "A100-40GB", "A30", "H100-80GB", "H200-141GB", "L4", "T4"]
 PROFILES = [
@@ -604,21 +605,6 @@ def test_the_boards_filter_answers_as_fit_node_by_node(
             board.put(states[0])
 
 
-class _OneByOne:
-    """A policy as given, without ``score_took``: the board asks it placement by placement."""
-
-    def __init__(self, inner: object) -> None:
-        self.inner = inner
-        self.name = f"one-by-one-{inner.name}"  # type: ignore[attr-defined]
-        self.reads = getattr(inner, "reads", None) or frozenset({"cpu"})
-        for part in ("tiebreak", "normalize"):
-            if hasattr(inner, part):
-                setattr(self, part, getattr(inner, part))
-
-    def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
-        return self.inner.score(demand, state, allocation)  # type: ignore[attr-defined, no-any-return]
-
-
 @given(
     BUSY_NODES,
     st.lists(demands(), max_size=10),
@@ -635,10 +621,10 @@ def test_scores_by_what_a_share_takes_equal_scores_one_by_one(
     on nodes in every sharing mode with pods on them, stray memory and unhealthy GPUs."""
     states = _busy_states(drawn, warmup, stray)
     policy = make_policy(name)
-    assert hasattr(policy, "score_took")
-    at_once, one_by_one = Board(states), Board(states)
+    assert capabilities(policy).score_took is not None
+    at_once, plain = Board(states), Board(states)
     for demand in asked:
-        expected = one_by_one.scores(_OneByOne(policy), demand)  # type: ignore[arg-type]
+        expected = plain.scores(without(policy, ScoringTook, ScoringWithoutGpu), demand)
         assert at_once.scores(policy, demand).tolist() == expected.tolist(), demand
 
 
@@ -688,17 +674,6 @@ def test_scores_of_many_nodes_at_once_equal_scores_one_by_one(
         assert list(zip(again.tolist(), map(tuple, moved.tolist()), strict=True)) == got, demand
 
 
-class _NodeByNode:
-    """A fragmentation policy without ``score_nodes``: the board scores its candidates one by one."""
-
-    def __init__(self, inner: object) -> None:
-        self.inner = inner
-        self.name = f"node-by-node-{inner.name}"  # type: ignore[attr-defined]
-        self.reads = inner.reads  # type: ignore[attr-defined]
-        for part in ("prepare", "score", "tiebreak", "adjust", "observe"):
-            setattr(self, part, getattr(inner, part))
-
-
 @given(
     BUSY_NODES,
     st.lists(demands() | small_shares(), max_size=10),
@@ -721,9 +696,9 @@ def test_the_board_scores_many_nodes_at_once_as_one_by_one(
     at_once, one_by_one = Board(states), Board(states)
     with patch.object(board_module, "_AT_ONCE_FROM", 1):  # the tests' clusters are small
         for k, demand in enumerate(asked):
-            policy.observe(demand)  # type: ignore[attr-defined]
-            twin.observe(demand)  # type: ignore[attr-defined]
-            expected = one_by_one.scores(_NodeByNode(twin), demand)  # type: ignore[arg-type]
+            tell(policy, demand)
+            tell(twin, demand)
+            expected = one_by_one.scores(without(twin, ScoringNodes, ScoringWithoutGpu), demand)
             assert at_once.scores(policy, demand).tolist() == expected.tolist(), demand
             placed = fit(demand, states[-1])
             if placed:

@@ -9,7 +9,7 @@ from scheduler.core.board import Board
 from scheduler.core.capacity import GAP_LEVELS
 from scheduler.core.fit import fit
 from scheduler.core.groups import Groups, groups_of
-from scheduler.core.policies.base import Cluster, Reads
+from scheduler.core.policies.base import Adjusting, Cluster, Reading, Reads
 from scheduler.core.policies.reserve import free_by_group, inside, pinned_load, pressure, price, squash
 from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.state import NodeState
@@ -85,7 +85,7 @@ def cluster_groups(board: Board) -> Groups:
     """The groups a policy's adjust sees on ``board`` (over every node)."""
     seen: list[Groups] = []
 
-    class Spy:
+    class Spy(Reading, Adjusting):
         name = "spy"
         reads = frozenset({Reads.GAPS, Reads.GROUPS})
 
@@ -96,7 +96,7 @@ def cluster_groups(board: Board) -> Groups:
             seen.append(cluster.groups)
             return scores
 
-    board.scores(Spy(), whole())  # type: ignore[arg-type]
+    board.scores(Spy(), whole())
     return seen[0]
 
 

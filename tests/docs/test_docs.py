@@ -372,3 +372,21 @@ def test_the_variants_sweep_runs_every_recorded_variant() -> None:
         assert sweep["policies"] == ["fgd-reserve", "fgd", "bestfit"] and sweep["seeds"] == "42-51"
         inputs += sweep["inputs"]
     assert inputs == [f"openb_pod_list_{n}.csv" for n in made]
+
+
+def test_the_ablation_table_is_the_recorded_one() -> None:
+    """simulations/fgd-reserve/ablation.py prints the rules' table from ablation.csv; ablation.md shows it."""
+    import contextlib
+    import importlib.util
+    import io
+    import sys
+
+    spec = importlib.util.spec_from_file_location("ablation", SIMULATIONS / "fgd-reserve" / "ablation.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        module.table()
+    assert printed.getvalue().strip() in (SIMULATIONS / "fgd-reserve" / "ablation.md").read_text(encoding="utf-8")

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from scheduler.cli import app
+from scheduler.core.request import Demand, GpuRequest
 
 from .kit import cluster_file, fragmented_cluster, k8s_node, k8s_pod
 
@@ -105,12 +106,13 @@ def test_a_pod_being_bound_is_not_pending(serve: Any) -> None:
 def test_the_route_plans_with_a_policy_of_its_own(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Planning asks the policy about clusters that are not the live one; fgd-reserve follows the
     cluster's free GPU from call to call (its departures rule), so the serving policy must not
-    be the one asked."""
+    be the one asked: a copy of it is."""
     from scheduler.extender import defrag
 
     web = k8s_pod("web", namespace="serve", node="mig-node")  # no GPU: told too (CPU-bound rule)
     svc = serve(*fragmented_cluster(), web, defrag={"namespaces": ["serve"]}, policy="fgd-reserve")
     live = svc.extender.policy
+    live.observe(Demand(4000, 0, GpuRequest()))  # what it learned from a pod it served
     asked: list[Any] = []
     told: list[Any] = []
     real_observe = type(live).observe
@@ -127,11 +129,11 @@ def test_the_route_plans_with_a_policy_of_its_own(serve: Any, monkeypatch: pytes
 
     real_plan = defrag.plan
     monkeypatch.setattr(defrag, "plan", plan)
-    before = (live._free, live._taken, live._freed, live.balance_weight)
+    before = (live.flow, live.balance_weight)
     assert [m["admits"] for m in svc.http.get("/debug/defrag").json()["moves"]] == ["train/big"]
     (policy,) = asked
     assert policy is not live and policy.name == live.name
-    assert (live._free, live._taken, live._freed, live.balance_weight) == before
-    # it was told of the cluster's pods (the six 1g pods, the 3g waiting, web), as the serving
-    # policy is of the pods it sees
-    assert sorted(d.gpu.describe() for d in told) == sorted(["MIG 1g.10gb"] * 6 + ["MIG 3g.40gb", "no GPU"])
+    assert (live.flow, live.balance_weight) == before
+    # a copy of the serving policy, with what it learned: no second instance is told the pods again
+    assert told == []
+    assert policy._cpu_seen == live._cpu_seen == 4000

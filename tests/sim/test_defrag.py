@@ -98,21 +98,23 @@ def test_runs_repeat_exactly_and_the_options_are_checked() -> None:
         simulate(scenario(FRAGMENTED), "binpack", 1, replay="arrivals", defrag=DefragSpec(60, 1))
 
 
-def test_the_planner_asks_a_policy_of_its_own_told_of_the_same_arrivals(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_planner_asks_a_copy_of_the_replays_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     """Planning asks the policy about clusters that are not the replay's; fgd-reserve follows the
     cluster's free GPU from call to call (its departures rule), so the replay's own policy must
-    not be the one asked."""
+    not be the one asked: a copy of it is, made at the planner's run, with what it learned."""
     from scheduler.sim import defrag, engine
 
     built: list[Any] = []
-    asked: list[Any] = []
+    asked: list[tuple[Any, int, Any]] = []
 
     def build(*args: Any) -> Any:
         built.append(real_build(*args))
         return built[-1]
 
     def plan(states: Any, pending: Any, movers: Any, policy: Any, *rest: Any) -> Any:
-        asked.append(policy)
+        replay = built[0]
+        asked.append((policy, replay._gpu_seen, replay.flow))
+        assert policy._gpu_seen == replay._gpu_seen and policy.flow == replay.flow  # a copy, as it stands
         return real_plan(states, pending, movers, policy, *rest)
 
     real_build, real_plan = engine.build_policy, defrag.plan
@@ -120,9 +122,9 @@ def test_the_planner_asks_a_policy_of_its_own_told_of_the_same_arrivals(monkeypa
     monkeypatch.setattr(defrag, "plan", plan)
     moved = simulate(scenario(FRAGMENTED), "fgd-reserve", 1, defrag=DefragSpec(600, 1))
     assert (moved.failed, moved.evictions) == (0, 1)
-    replay, planner = built
-    assert asked and all(policy is planner for policy in asked)
-    assert planner._gpu_seen == replay._gpu_seen > 0  # both were told of the four arrivals
+    (replay,) = built  # no second policy is built and told of the arrivals
+    assert asked and all(policy is not replay for policy, _, _ in asked)
+    assert asked[-1][1] > 0  # the replay's policy had been told of the arrivals by then
 
 
 def test_the_command_runs_each_arm_and_writes_defrag_csv(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """Placement policies, each in its own module, registered by config name (see ``base``)."""
 
 from . import bestfit, binpack, dotprod, fgd, fgdcpu, fgdreserve, gpuclustering, gpupacking, random, spread
-from .base import REGISTRY, Cluster, Context, Policy, Reads, make_policy, options_of, register, tell
+from .base import REGISTRY, Cluster, Context, Policy, Reads, fork, make_policy, options_of, register, tell
 
 __all__ = [
     "REGISTRY",
@@ -15,6 +15,7 @@ __all__ = [
     "fgd",
     "fgdcpu",
     "fgdreserve",
+    "fork",
     "gpuclustering",
     "gpupacking",
     "make_policy",

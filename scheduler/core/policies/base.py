@@ -6,12 +6,22 @@ The board (:mod:`scheduler.core.board`) does the rest: it finds the candidate al
 (:func:`~scheduler.core.fit.fit`), keeps the best-scored one per node and compares nodes.
 What the board may reuse follows from what the policy declares, never from its name.
 
-Optional parts, found by their presence (a policy defines only what it needs):
+Optional parts, each a capability: a protocol (:class:`Reading`, :class:`Tiebreaking`,
+:class:`Normalizing`, :class:`Adjusting`, :class:`Preparing`, :class:`ScoringTook`,
+:class:`ScoringNodes`, :class:`ScoringWithoutGpu`, :class:`Learning`) that the policy's class
+names among its bases, so mypy checks its signature; :func:`capabilities` finds them once per
+policy and refuses a class whose hooks and named protocols disagree (a policy defines only
+what it needs):
 
 ``reads``
     What the score depends on beyond the pod's GPU request and the node's usage, free CPU and
     memory: a set of :class:`Reads` (default: the pod's CPU request). The board reuses a
     node's score for every pod that agrees on these, and for every node in the same state.
+    Checked, not trusted: ``adjust`` is given a view of the cluster (:class:`Declared`) that
+    refuses, naming the policy, a part the policy does not declare; and every registered
+    policy's scores through the board are checked against the plain node-by-node ranking
+    (:func:`scheduler.core.select.rank`, which reuses nothing) in the tests, which catch a
+    score that reads more of the pod than it declares.
 ``tiebreak(demand, state, allocation) -> float``
     Within a node, among allocations of equal score: the lowest wins (then the lowest GPU
     index). Without it the lowest GPU index wins.
@@ -51,7 +61,11 @@ Optional parts, found by their presence (a policy defines only what it needs):
     instead of ``score`` node by node (such a placement moves no gap).
 ``observe(demand)``
     Told of each pod once, at its first sight (online policies learn here), and
-    ``version``, raised whenever what it learned changes its scores.
+    ``version``, raised whenever what it learned changes its scores. What it learned (and what
+    its ``adjust`` follows of the cluster from call to call) is held by the face that owns the
+    policy; :func:`fork` copies it whole, for questions about clusters that are not the one it
+    serves (the defragmentation planners ask such a copy, not a second instance told the same
+    pods).
 
 A policy's options are a frozen dataclass (``options``, registered with it): the service's
 configuration validates them by field path, and the simulator passes a :class:`Context`
@@ -61,8 +75,9 @@ may use or ignore.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
@@ -71,10 +86,11 @@ import numpy as np
 
 from ..allocation import Allocation
 from ..errors import ConfigError
-from ..fragmentation import TypicalWorkload
+from ..fragmentation import ShareCandidates, TypicalWorkload
 from ..groups import Groups
 from ..request import Demand, GpuKind
 from ..state import NodeState
+from .options import unknown_options
 
 
 class Reads(StrEnum):
@@ -93,11 +109,131 @@ ALL_READS = frozenset({Reads.CPU})
 
 @runtime_checkable
 class Policy(Protocol):
-    """The one method every policy has (see the module for the optional ones)."""
+    """The one method every policy has; what else it can do is one of the capabilities below,
+    each a protocol the policy's class names among its bases (so mypy checks its signatures)."""
 
     name: str
 
     def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float: ...
+
+
+@runtime_checkable
+class Reading(Protocol):
+    """Declares what of a pod and of the cluster its scores read (see the module: ``reads``)."""
+
+    reads: frozenset[Reads]
+
+
+@runtime_checkable
+class Tiebreaking(Protocol):
+    def tiebreak(self, demand: Demand, state: NodeState, allocation: Allocation) -> float: ...
+
+
+@runtime_checkable
+class Normalizing(Protocol):
+    def normalize(self, scores: np.ndarray) -> np.ndarray: ...
+
+
+@runtime_checkable
+class Adjusting(Protocol):
+    def adjust(self, demand: Demand, scores: np.ndarray, cluster: Cluster) -> np.ndarray: ...
+
+
+@runtime_checkable
+class Preparing(Protocol):
+    def prepare(self, demand: Demand, candidates: Sequence[tuple[NodeState, Allocation]]) -> None: ...
+
+
+@runtime_checkable
+class ScoringTook(Protocol):
+    def score_took(
+        self, demand: Demand, cpu_free: np.ndarray, gpu_free: np.ndarray, capacity: np.ndarray, took: np.ndarray
+    ) -> np.ndarray: ...
+
+
+@runtime_checkable
+class ScoringNodes(Protocol):
+    def score_nodes(self, demand: Demand, batch: ShareCandidates) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@runtime_checkable
+class ScoringWithoutGpu(Protocol):
+    def score_without_gpu(self, demand: Demand, states: Sequence[NodeState], labels: np.ndarray) -> list[float]: ...
+
+
+@runtime_checkable
+class Learning(Protocol):
+    """Told of each pod once (``observe``); ``version`` rises whenever what it learned changes
+    its scores."""
+
+    version: int
+
+    def observe(self, demand: Demand) -> None: ...
+
+
+CAPABILITIES: dict[str, Any] = {  # protocols: mypy takes no abstract class as type[...]
+    "reads": Reading,
+    "tiebreak": Tiebreaking,
+    "normalize": Normalizing,
+    "adjust": Adjusting,
+    "prepare": Preparing,
+    "score_took": ScoringTook,
+    "score_nodes": ScoringNodes,
+    "score_without_gpu": ScoringWithoutGpu,
+    "observe": Learning,
+}  # the part each capability adds, by the name of its defining attribute
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a policy can do beyond ``score``, each part None where it cannot: found once per
+    policy from the capability protocols its class names (never from an attribute's mere
+    presence: :func:`capabilities` refuses a policy that has a hook it does not declare)."""
+
+    reads: frozenset[Reads]
+    tiebreak: Tiebreaking | None
+    normalize: Normalizing | None
+    adjust: Adjusting | None
+    prepare: Preparing | None
+    score_took: ScoringTook | None
+    score_nodes: ScoringNodes | None
+    score_without_gpu: ScoringWithoutGpu | None
+    learning: Learning | None
+
+
+_FOUND: dict[int, tuple[Policy, Capabilities]] = {}  # by the policy's id (with the policy: an id is reused)
+
+
+def capabilities(policy: Policy) -> Capabilities:
+    """``policy``'s capabilities, by the protocols its class names among its bases (found once
+    per policy). A hook that the class has without naming its protocol, or the other way
+    round, is a mistake (some code paths would call it and others not): TypeError naming it."""
+    kept = _FOUND.get(id(policy))
+    if kept is not None and kept[0] is policy:
+        return kept[1]
+    bases = type(policy).__mro__
+    for attribute, protocol in CAPABILITIES.items():
+        if (protocol in bases) != hasattr(policy, attribute):
+            raise TypeError(
+                f"policy {policy.name}: {attribute!r} and the capability {protocol.__name__} go together "
+                f"(name {protocol.__name__} among the class's bases and define {attribute})"
+            )
+    # each protocol is among the bases exactly when the policy has its part: isinstance says so too
+    found = Capabilities(
+        reads=policy.reads if isinstance(policy, Reading) else ALL_READS,
+        tiebreak=policy if isinstance(policy, Tiebreaking) else None,
+        normalize=policy if isinstance(policy, Normalizing) else None,
+        adjust=policy if isinstance(policy, Adjusting) else None,
+        prepare=policy if isinstance(policy, Preparing) else None,
+        score_took=policy if isinstance(policy, ScoringTook) else None,
+        score_nodes=policy if isinstance(policy, ScoringNodes) else None,
+        score_without_gpu=policy if isinstance(policy, ScoringWithoutGpu) else None,
+        learning=policy if isinstance(policy, Learning) else None,
+    )
+    if len(_FOUND) >= 256:
+        _FOUND.clear()
+    _FOUND[id(policy)] = (policy, found)
+    return found
 
 
 class Cluster(Protocol):
@@ -119,6 +255,50 @@ class Cluster(Protocol):
     @property
     def groups(self) -> Groups:
         """The cluster by GPU group, for the nodes scored (read only by ``Reads.GROUPS`` policies)."""
+
+
+class ReadsError(TypeError):
+    """A policy read a part of the cluster it does not declare (its ``reads``): the board
+    would have answered from a cache that does not follow that part."""
+
+
+class Declared:
+    """The :class:`Cluster` a policy's ``adjust`` is given: the parts it declares it reads
+    (``Reads.GAPS``: ``gaps`` and ``moves``; ``Reads.GROUPS``: ``groups``), and its CPU; any
+    other part read raises :class:`ReadsError` naming the policy, so a wrong declaration
+    cannot leave it reading moves the board never worked out."""
+
+    __slots__ = ("_cluster", "_name", "_reads")
+
+    def __init__(self, cluster: Cluster, reads: frozenset[Reads], name: str) -> None:
+        self._cluster = cluster
+        self._reads = reads
+        self._name = name
+
+    def _part(self, part: Reads, what: str) -> None:
+        if part not in self._reads:
+            raise ReadsError(
+                f"policy {self._name} read the cluster's {what} in adjust but does not declare Reads.{part.name}"
+            )
+
+    @property
+    def gaps(self) -> np.ndarray:
+        self._part(Reads.GAPS, "gaps")
+        return self._cluster.gaps
+
+    @property
+    def moves(self) -> np.ndarray:
+        self._part(Reads.GAPS, "moves")
+        return self._cluster.moves
+
+    @property
+    def cpu_milli(self) -> int:
+        return self._cluster.cpu_milli
+
+    @property
+    def groups(self) -> Groups:
+        self._part(Reads.GROUPS, "groups")
+        return self._cluster.groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,12 +358,11 @@ def make_policy(name: str, options: Any = None, context: Context | None = None) 
     if options is None:
         options = found.options()
     elif isinstance(options, Mapping):
-        accepted = [f.name for f in dataclasses.fields(found.options)]
-        unknown = sorted(set(options) - set(accepted))
+        unknown = unknown_options(found.options, options)
         if unknown:
-            raise ConfigError(
-                f"policy {name}: unknown option {unknown[0]!r}; accepted: {', '.join(accepted) or 'none'}"
-            )
+            where, accepted, _ = unknown[0]
+            shown = ".".join(map(str, where))
+            raise ConfigError(f"policy {name}: unknown option {shown!r}; accepted: {', '.join(accepted) or 'none'}")
         try:
             options = found.options(**options)
         except (TypeError, ValueError) as exc:
@@ -195,8 +374,7 @@ def make_policy(name: str, options: Any = None, context: Context | None = None) 
 
 def reads(policy: Policy) -> frozenset[Reads]:
     """What of a pod ``policy``'s score depends on."""
-    declared: frozenset[Reads] | None = getattr(policy, "reads", None)
-    return ALL_READS if declared is None else declared
+    return capabilities(policy).reads
 
 
 def demand_key(policy: Policy, demand: Demand) -> tuple[Any, ...]:
@@ -213,11 +391,24 @@ def demand_key(policy: Policy, demand: Demand) -> tuple[Any, ...]:
 
 def tell(policy: Policy, demand: Demand) -> None:
     """Tell ``policy`` of a pod seen (its ``observe``, if it learns)."""
-    observe = getattr(policy, "observe", None)
-    if observe is not None:
-        observe(demand)
+    learning = capabilities(policy).learning
+    if learning is not None:
+        learning.observe(demand)
+
+
+def fork(policy: Policy) -> Policy:
+    """A copy of ``policy`` with what it has learned and what it follows of the cluster, to ask
+    about clusters that are not the one it serves (a defragmentation plan's): asking the copy
+    changes nothing of the original, and the face that owns the policy needs no second one told
+    of the same pods. A policy that neither learns nor adjusts keeps nothing between calls that
+    an answer could change: the policy itself."""
+    can = capabilities(policy)
+    if can.learning is None and can.adjust is None:
+        return policy
+    copied: Policy = copy.deepcopy(policy)
+    return copied
 
 
 def version(policy: Policy) -> int:
-    value: int = getattr(policy, "version", 0)
-    return value
+    learning = capabilities(policy).learning
+    return 0 if learning is None else learning.version

@@ -8,19 +8,26 @@ tightest GPU.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..allocation import Allocation
 from ..capacity import allocated_milli
 from ..request import Demand
 from ..state import NodeState
-from .base import Context, NoOptions, register
+from .base import Context, NoOptions, Normalizing, ScoringTook, Tiebreaking, register
 from .binpack import tightest
 
 MAX_CPU_MILLI = 128_000
 MAX_GPU_MILLI = 8_000
+
+
+def leftover_score(cpu_free: np.ndarray, cpu_asked: int, gpu_free: np.ndarray, took: np.ndarray) -> np.ndarray:
+    """Per node, the paper's raw score of a placement that takes ``cpu_asked`` milli-CPU and
+    ``took`` milli-GPU from ``cpu_free`` and ``gpu_free`` (see the module)."""
+    cpu_left = (cpu_free - cpu_asked) / MAX_CPU_MILLI
+    gpu_left = (gpu_free - took) / MAX_GPU_MILLI
+    scores: np.ndarray = np.floor(100 * (1 - (0.5 * cpu_left + 0.5 * gpu_left)))
+    return scores
 
 
 def min_max(scores: np.ndarray) -> np.ndarray:
@@ -33,23 +40,21 @@ def min_max(scores: np.ndarray) -> np.ndarray:
     return np.asarray((scores - low) * 100 // (high - low), dtype=np.float64)
 
 
-class BestFit:
+class BestFit(Tiebreaking, ScoringTook, Normalizing):
     name = "bestfit"
     tiebreak = staticmethod(tightest)
 
     def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
-        cpu_left = (state.cpu_free - allocation.cpu_milli) / MAX_CPU_MILLI
-        gpu_left = (state.free_milli() - allocated_milli(allocation)) / MAX_GPU_MILLI
-        return float(math.floor(100 * (1 - (0.5 * cpu_left + 0.5 * gpu_left))))
+        took = np.array([allocated_milli(allocation)])
+        return float(
+            leftover_score(np.array([state.cpu_free]), allocation.cpu_milli, np.array([state.free_milli()]), took)[0]
+        )
 
     def score_took(
         self, demand: Demand, cpu_free: np.ndarray, gpu_free: np.ndarray, capacity: np.ndarray, took: np.ndarray
     ) -> np.ndarray:
-        """:meth:`score` of placements that take ``took`` milli-GPU, the same arithmetic over arrays."""
-        cpu_left = (cpu_free - demand.cpu_milli) / MAX_CPU_MILLI
-        gpu_left = (gpu_free - took) / MAX_GPU_MILLI
-        scores: np.ndarray = np.floor(100 * (1 - (0.5 * cpu_left + 0.5 * gpu_left)))
-        return scores
+        """:meth:`score` of placements that take ``took`` milli-GPU, over arrays."""
+        return leftover_score(cpu_free, demand.cpu_milli, gpu_free, took)
 
     def normalize(self, scores: np.ndarray) -> np.ndarray:
         return min_max(scores)

@@ -16,7 +16,7 @@ from ..allocation import Allocation
 from ..capacity import allocated_milli
 from ..request import Demand
 from ..state import NodeState
-from .base import Context, NoOptions, register
+from .base import Context, NoOptions, Tiebreaking, register
 from .bestfit import MAX_CPU_MILLI, MAX_GPU_MILLI
 from .binpack import tightest
 
@@ -29,7 +29,7 @@ def dot_product_score(cpu_free: int, gpu_free: int, cpu_req: int, gpu_req: int) 
     return float(math.floor(100.0 * (1.0 - dot / 2.0)))
 
 
-class DotProd:
+class DotProd(Tiebreaking):
     name = "dotprod"
     tiebreak = staticmethod(tightest)
 

@@ -22,7 +22,7 @@ from ..allocation import Allocation
 from ..fragmentation import DEFAULT_WORKLOAD, Fragmentation, Shape, workload_of
 from ..request import Demand
 from ..state import NodeState
-from .base import Context, register
+from .base import Context, Preparing, register
 
 
 def sigmoid_score(delta: float) -> float:
@@ -40,7 +40,7 @@ class FgdOptions:
     workload: tuple[Shape, ...] | None = None  # the typical pods to score against
 
 
-class Fgd:
+class Fgd(Preparing):
     name = "fgd"
 
     def __init__(self, fragmentation: Fragmentation) -> None:

@@ -70,7 +70,19 @@ from ..fragmentation import (
 )
 from ..request import Demand, GpuKind, GpuRequest
 from ..state import NodeState
-from .base import Cluster, Context, Reads, register
+from .base import (
+    Adjusting,
+    Cluster,
+    Context,
+    Learning,
+    Preparing,
+    Reading,
+    Reads,
+    ScoringNodes,
+    ScoringWithoutGpu,
+    Tiebreaking,
+    register,
+)
 
 DEFAULT_STRANDING_WEIGHT = 4.0
 DEFAULT_BALANCE_WEIGHT = 75.0
@@ -110,7 +122,7 @@ class FgdCpuOptions:
                 raise ValueError(f"{field} must be a finite number >= 0, got {value!r}")
 
 
-class FgdCpu:
+class FgdCpu(Reading, Learning, Preparing, ScoringNodes, ScoringWithoutGpu, Tiebreaking, Adjusting):
     name = "fgd-cpu"
     reads = frozenset({Reads.CPU, Reads.GAPS})
 
@@ -144,11 +156,6 @@ class FgdCpu:
             self._adopt(self.online.workload)
             self.version += 1
 
-    def stranded(self, gpu_free: float, cpu_free: int) -> float:
-        if not self.ratio:
-            return 0.0
-        return max(0.0, gpu_free - self.ratio * cpu_free)
-
     def _costs(self, state: NodeState, allocation: Allocation) -> tuple[float, float]:
         """C_before and C_after of placing ``allocation`` (kept a while: see ``_costs_of``)."""
         kept = self._costs_of.get(id(allocation))
@@ -157,14 +164,17 @@ class FgdCpu:
         frag = self.fragmentation
         gpu_free = frag.free_share(state)
         frag_before = frag.node_frag(state)  # kept with the state: every candidate and shape asks it
-        before = frag_before + self.stranding_weight * self.stranded(gpu_free, state.cpu_free)
         cpu_after = state.cpu_free - allocation.cpu_milli
         left = gpu_free - allocated_milli(allocation)
         if not allocation.shares and frag.cpu_level(cpu_after) == frag.cpu_level(state.cpu_free):
             frag_after = frag_before  # F reads the CPU by its level only: a pod without GPUs moves F no other way
         else:
             frag_after = frag.frag_after(state, allocation)
-        after = frag_after + self.stranding_weight * self.stranded(left, cpu_after)
+        # C before and after: :meth:`_cost`'s arithmetic on the two
+        costs = self._cost(
+            np.array([frag_before, frag_after]), np.array([gpu_free, left]), np.array([state.cpu_free, cpu_after])
+        )
+        before, after = float(costs[0]), float(costs[1])
         if len(self._costs_of) >= _COSTS_KEPT:
             self._costs_of.clear()
         self._costs_of[id(allocation)] = (state, allocation, (before, after))
@@ -176,7 +186,7 @@ class FgdCpu:
 
     def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
         before, after = self._costs(state, allocation)
-        return self._score(before - after)
+        return float(self._scores(np.array([before - after]))[0])
 
     def score_nodes(self, demand: Demand, batch: ShareCandidates) -> tuple[np.ndarray, np.ndarray]:
         """Per node of ``batch`` (candidates that each place one share on one GPU), the best
@@ -191,9 +201,7 @@ class FgdCpu:
         frags, gpu_free, cpu_free = found.frags, found.node_free, batch.cpu_free_now()
         cost = self._cost(found.node_frag, gpu_free, cpu_free)
         left = gpu_free[node] - batch.milli_taken(batch.labels[node, gpu])
-        cpu_after = cpu_free[node] - demand.cpu_milli
-        stranded = np.maximum(0.0, left - self.ratio * cpu_after) if self.ratio else 0.0
-        after = frags + self.stranding_weight * stranded
+        after = self._cost(frags, left, cpu_free[node] - demand.cpu_milli)
         falls = cost[node] - after
         scores = self._scores(falls)
         # per node: the best score, the lowest cost among those, then the first
@@ -222,8 +230,7 @@ class FgdCpu:
         after = frag_before.copy()
         for k in np.flatnonzero(moved).tolist():
             after[k] = frag.frag(frag.profiles(states[k]), int(cpu_after[k]))
-        if self.ratio:  # the GPU stranded after (the pod takes no GPU)
-            after = after + self.stranding_weight * np.maximum(0.0, gpu_free - self.ratio * cpu_after)
+        after = self._cost(after, gpu_free, cpu_after)  # the pod takes no GPU
         scores: list[float] = self._scores(before - after).tolist()
         return scores
 
@@ -249,17 +256,11 @@ class FgdCpu:
         return self._costs(state, allocation)[1]
 
     @staticmethod
-    def _score(fall: float) -> float:
-        """Integer points: a continuous score let tiny differences of F decide, which on the
+    def _scores(falls: np.ndarray) -> np.ndarray:
+        """The score of each of ``falls``, integer points: 50 + 50 * tanh(fall / 2000), rounded
+        half to even. A continuous score let tiny differences of F decide, which on the
         model-pinned openb traces (gpuspec10/20) left whole GPUs of some models idle (5.9%
         unallocated against FGD's 5.5%); rounded, near-equal holes tie and the balance picks."""
-        return float(round(50.0 + 50.0 * math.tanh(fall / SCORE_SCALE_MILLI)))
-
-    @staticmethod
-    def _scores(falls: np.ndarray) -> np.ndarray:
-        """:meth:`_score` of each of ``falls``, over arrays: the same arithmetic, rounded half to
-        even as ``round`` is (numpy's tanh may differ from ``math.tanh`` in the last bit, which
-        moves a rounded score only at an exact half point)."""
         scores: np.ndarray = np.rint(50.0 + 50.0 * np.tanh(falls / SCORE_SCALE_MILLI))
         return scores
 

@@ -1,11 +1,31 @@
-"""fgd-reserve: fgd-cpu, plus a price on the GPU groups that pinned pods will need, a stranding
-term that stands down when CPU, not GPU, will run out, a balance that stands down when pods
-leave and leaves MIG GPUs out, and MIG nodes' CPU kept for the pods that need MIG GPUs.
+"""fgd-reserve: fgd-cpu's score plus five rules, each a small pure module, named in the
+``rules`` option (all five by default; the others are left out to measure one, as
+simulations/fgd-reserve/ablation.md does):
+
+* ``reservation`` (:mod:`.reserve`): a price on the GPU groups that pinned pods will need;
+* ``cpu-bound`` (:mod:`.rules.cpubound`): the stranding term stands down when CPU, not GPU,
+  will run out;
+* ``departures`` (:mod:`.rules.departures`): the balance stands down as pods leave;
+* ``mig-balance`` (:mod:`.rules.migbalance`): the balance leaves MIG GPUs out;
+* ``gpu-cpu`` (:mod:`.rules.gpucpu`): GPU nodes' CPU is kept for GPU pods while nodes without
+  GPUs can take a pod that asks none.
+
+Why each stays (simulations/fgd-reserve/ablation.md: each rule removed with the others kept, on
+held-out seeds, against the seeds' spread, the sd of the per-seed differences): without the
+reservation the MPS/time-slicing replay turns away 7.8 more pods a run (sd 4.4), and the openb
+variant with a third of the GPU pods pinned (gen-gpuspec33-s2, seed 42) leaves 12.68% of its GPU
+unallocated instead of 4.62%; without
+``departures`` that replay turns away 13.0 more (sd 5.6); without ``cpu-bound`` the MIG arrivals
+replay turns away 10.7 more (sd 7.7), without ``mig-balance`` 14.2 more (sd 8.2). ``gpu-cpu``
+acts only where some node has no GPU, which no recorded replay has and a live cluster has
+(simulations/README.md, "GPU nodes' CPU").
+A sixth rule, a price on MIG nodes' CPU for pods without GPUs once MIG profiles were seen,
+moved both held-out MIG replays by less than their seeds' spread, and was removed.
 
 The node's own score is fgd-cpu's (:mod:`.fgdcpu`): the fall of C_n = F_n(M) + lambda * S_n,
 FGD's fragmentation against the typical workload M learned online plus the GPU the node
 strands for lack of CPU, and for a pod that shares one GPU the Sum-of-Squares balance of
-the cluster's holes. Five rules are added, all read from the cluster in ``adjust``.
+the cluster's holes. The rules read the cluster in ``adjust``.
 
 **Reservation.** A group is the GPUs of one model and sharing mode
 (:mod:`scheduler.core.groups`). A pod may use only the groups where it would fit an empty
@@ -50,14 +70,6 @@ rises as much as the counted placement that rises most (:meth:`.FgdCpu.adjust`).
 of 0 it beat nearly every counted placement (a share placed on a shared GPU almost always
 adds to some class), and the balance, blind to MIG GPUs, drew shares onto them.
 
-**MIG nodes' CPU.** Every MIG instance needs its pod's CPU on the same node, and profiles
-(pods that only MIG GPUs can take) often ask more CPU per GPU than a MIG node has: a node
-runs out of cores while slices stand free, and each core another pod takes there turns a
-profile away. A pod that asks no GPU may run on any node, so once a class that only MIG
-groups can take has been seen, it loses ``mig_cpu_price`` points (30: it goes to a MIG node
-only when elsewhere scores far worse, or when nothing else fits). Shares are not priced so:
-the reservation already prices them for the profiles' need of MIG GPUs.
-
 **GPU nodes' CPU.** The same holds for every GPU node: a core a pod without GPUs takes there
 is a core the GPU pods of that node cannot have, and a node without GPUs loses nothing by it.
 So, while some node without GPUs can take it, a pod that asks no GPU loses ``gpu_cpu_price``
@@ -101,10 +113,11 @@ from ..request import Demand, GpuKind, GpuRequest
 from .base import Cluster, Context, Reads, register
 from .fgdcpu import SCORE_SCALE_MILLI, FgdCpu, FgdCpuOptions, nominal_milli
 from .reserve import free_by_group, inside, milli_on, pressure, price, squash
+from .rules import cpubound, departures, gpucpu, migbalance
 
 POINTS_PER_MILLI = 50.0 / SCORE_SCALE_MILLI  # fgd-cpu's scale near the middle
-STEPS = 8  # the CPU-bound factor moves in eighths
 LEVELS = np.arange(GAP_LEVELS + 1)  # a gap level's free share, in hundredths of a GPU
+RULES = ("reservation", "cpu-bound", "departures", "mig-balance", "gpu-cpu")  # see the module
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,13 +126,19 @@ class FgdReserveOptions(FgdCpuOptions):
     reserve_start: float = 0.5  # pressure at which a group's price starts to rise (reaches 1 at 1)
     cpu_bound_low: float = 0.9  # kappa up to which stranding counts in full
     cpu_bound_high: float = 1.1  # kappa from which it does not count
-    mig_cpu_price: float = 30.0  # points a pod without GPUs loses on a MIG node once profiles are seen
     gpu_cpu_price: float = 30.0  # points a pod without GPUs loses on a GPU node while a node without GPUs takes it
     learn_settle: int = 256  # re-estimates of the workload: by 1.5x steps until this many pods,
     learn_late_growth: float = 4.0  # then by this factor
+    rules: tuple[str, ...] = RULES  # the rules added to fgd-cpu's score (all by default)
 
     def __post_init__(self) -> None:
         FgdCpuOptions.__post_init__(self)
+        if isinstance(self.rules, str) or not all(isinstance(rule, str) for rule in self.rules):
+            raise ValueError(f"rules must be a list of rule names, got {self.rules!r}; accepted: {', '.join(RULES)}")
+        unknown = [rule for rule in self.rules if rule not in RULES]
+        if unknown:
+            raise ValueError(f"unknown rule {unknown[0]!r}; accepted: {', '.join(RULES)}")
+        object.__setattr__(self, "rules", tuple(self.rules))
         if not 0 <= self.reserve_weight < float("inf"):
             raise ValueError(f"reserve_weight must be a finite number >= 0, got {self.reserve_weight!r}")
         if not 0 <= self.reserve_start < 1:
@@ -129,8 +148,6 @@ class FgdReserveOptions(FgdCpuOptions):
                 f"cpu_bound_low and cpu_bound_high must be 0 < low < high, got {self.cpu_bound_low}, "
                 f"{self.cpu_bound_high}"
             )
-        if not 0 <= self.mig_cpu_price <= 100:
-            raise ValueError(f"mig_cpu_price must be in 0 <= x <= 100, got {self.mig_cpu_price!r}")
         if not 0 <= self.gpu_cpu_price <= 100:
             raise ValueError(f"gpu_cpu_price must be in 0 <= x <= 100, got {self.gpu_cpu_price!r}")
         if self.learn_settle < 0 or not self.learn_late_growth > 1:
@@ -158,9 +175,7 @@ class FgdReserve(FgdCpu):
         self._volumes = np.zeros(0)  # [class]: milli-GPU requested
         # per demand: its class row and milli-GPU per group; per GPU request: milli-GPU per group
         # (both for the groups as they are: forgotten when a group appears)
-        self._free = -1  # the cluster's free GPU at the last call, hundredths of a GPU (-1: none yet)
-        self._taken = 0  # free GPU the cluster lost between calls (placements), hundredths
-        self._freed = 0  # free GPU it gained (departures), hundredths
+        self.flow = departures.Flow()  # the cluster's free GPU from call to call (departures rule)
         self._seen_demands: dict[Demand, tuple[int, float]] = {}
         self._milli: dict[GpuRequest, np.ndarray] = {}
         # per allowed-groups mask: the classes strictly inside it (for the masks of _inside_shape)
@@ -184,15 +199,11 @@ class FgdReserve(FgdCpu):
     def kappa(self, cluster: Cluster) -> float:
         """The share of the cluster's CPU the mix seen so far asks for once its GPU request
         reaches the cluster's GPUs (0 while nothing is known)."""
-        gpus, cpu = int(cluster.gaps.sum()), cluster.cpu_milli
-        if not (gpus and cpu and self._gpu_seen):
-            return 0.0
-        return self._cpu_seen / self._gpu_seen * gpus * 1000 / cpu
+        return cpubound.kappa(self._cpu_seen, self._gpu_seen, int(cluster.gaps.sum()), cluster.cpu_milli)
 
     def _follow_cpu(self, cluster: Cluster) -> None:
         self._kappa_due = False
-        low, high = self.options.cpu_bound_low, self.options.cpu_bound_high
-        factor = round(float(np.clip((high - self.kappa(cluster)) / (high - low), 0.0, 1.0)) * STEPS) / STEPS
+        factor = cpubound.factor(self.kappa(cluster), self.options.cpu_bound_low, self.options.cpu_bound_high)
         if factor != self.cpu_factor:
             self.cpu_factor = factor
             self.stranding_weight = self.options.stranding_weight * factor
@@ -231,17 +242,8 @@ class FgdReserve(FgdCpu):
 
     def _follow_departures(self, cluster: Cluster) -> None:
         """The balance weight times 1 - freed / held (see the module: departures)."""
-        free = int(cluster.gaps @ LEVELS)
-        if self._free >= 0:
-            change = free - self._free
-            if change > 0:
-                self._freed += change
-            else:
-                self._taken -= change
-        self._free = free
-        held = self._taken - self._freed
-        share = min(1.0, self._freed / held) if held > 0 else float(self._freed > 0)
-        self.balance_weight = self.options.balance_weight * (1.0 - share)
+        self.flow = departures.follow(self.flow, int(cluster.gaps @ LEVELS))
+        self.balance_weight = self.options.balance_weight * departures.factor(self.flow)
 
     def _mig(self, groups: Groups) -> np.ndarray:
         """Per group: is it MIG (groups only ever join)."""
@@ -249,45 +251,21 @@ class FgdReserve(FgdCpu):
             self._mig_groups = np.array([mode is SharingMode.MIG for _, mode in groups.keys], dtype=bool)
         return self._mig_groups
 
-    @staticmethod
-    def _on(groups: Groups, chosen: np.ndarray) -> np.ndarray:
-        """Per scored node: is it in one of the ``chosen`` groups."""
-        mine = groups.node_group
-        on: np.ndarray = (mine >= 0) & chosen[np.maximum(mine, 0)]
-        return on
-
     def balance_view(self, cluster: Cluster) -> tuple[np.ndarray, np.ndarray | None]:
         """The balance counts only GPUs whose holes take shares by size: not MIG GPUs, where
         what a hole admits depends on its slots (see the module: the balance and MIG)."""
-        groups = cluster.groups
-        mig = self._mig(groups)
-        if not mig.any():
+        if "mig-balance" not in self.options.rules:
             return cluster.gaps, None
-        gaps: np.ndarray = groups.gaps[~mig].sum(axis=0)
-        return gaps, self._on(groups, mig)
-
-    def _mig_cpu(self, scores: np.ndarray, groups: Groups) -> np.ndarray:
-        """A pod without GPUs loses ``mig_cpu_price`` points on MIG nodes once a class that
-        only MIG GPUs can take (MIG profiles) has been seen (see the module: MIG nodes' CPU)."""
-        mig = self._mig(groups)
-        if not mig.any() or not self.options.mig_cpu_price:
-            return scores
-        self._learn_classes(groups)
-        masks = self._masks
-        pinned = (masks <= mig[None, :]).all(axis=1) & masks.any(axis=1)  # every group it may use is MIG
-        if not pinned.any():
-            return scores
-        on_mig = self._on(groups, mig)
-        return np.where(on_mig & (scores > -np.inf), squash(scores - self.options.mig_cpu_price), scores)
+        groups = cluster.groups
+        found = migbalance.view(groups.gaps, self._mig(groups), groups.node_group)
+        return (cluster.gaps, None) if found is None else found
 
     def _gpu_cpu(self, scores: np.ndarray, groups: Groups) -> np.ndarray:
         """A pod without GPUs loses ``gpu_cpu_price`` points on GPU nodes while a node without
         GPUs can take it (see the module: GPU nodes' CPU)."""
-        price = self.options.gpu_cpu_price
-        on_gpu = groups.node_group >= 0
-        if not price or not (~on_gpu & (scores > -np.inf)).any():
+        if "gpu-cpu" not in self.options.rules:
             return scores
-        return np.where(on_gpu & (scores > -np.inf), squash(scores - price), scores)
+        return gpucpu.apply(scores, groups.node_group >= 0, self.options.gpu_cpu_price)
 
     def _pressure(self, allowed: np.ndarray, free: np.ndarray) -> np.ndarray | None:
         """rho_g as the pod of allowed groups ``allowed`` sees it: the pinned load of the classes
@@ -309,16 +287,17 @@ class FgdReserve(FgdCpu):
 
     def adjust(self, demand: Demand, scores: np.ndarray, cluster: Cluster) -> np.ndarray:
         """fgd-cpu's balance, then each node's group price (see the module)."""
-        self._follow_departures(cluster)
+        if "departures" in self.options.rules:
+            self._follow_departures(cluster)
         out = super().adjust(demand, scores, cluster)
-        if self._kappa_due:
+        if self._kappa_due and "cpu-bound" in self.options.rules:
             self._follow_cpu(cluster)
         groups = cluster.groups
         if not len(groups.keys):  # no GPU node yet: the pods seen wait to be sorted into classes
             return out
         if demand.gpu.kind is GpuKind.NONE:
-            return self._gpu_cpu(self._mig_cpu(out, groups), groups)
-        if not self.options.reserve_weight:
+            return self._gpu_cpu(out, groups)
+        if not self.options.reserve_weight or "reservation" not in self.options.rules:
             return out
         self._learn_classes(groups)
         if not self._volumes.size:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..allocation import Allocation
 from ..request import MILLI, Demand, GpuKind, GpuRequest
 from ..state import NodeState
-from .base import Context, NoOptions, Reads, register
+from .base import Context, NoOptions, Reading, Reads, Tiebreaking, register
 from .bestfit import MAX_GPU_MILLI
 from .binpack import tightest
 
@@ -59,7 +59,7 @@ def clustering_score(tag: str | None, tags_on_node: set[str], gpu_left: int) -> 
     return float(base + (25 if not tags_on_node else 0))
 
 
-class GpuClustering:
+class GpuClustering(Reading, Tiebreaking):
     name = "gpuclustering"
     reads = frozenset({Reads.PODS})
     tiebreak = staticmethod(tightest)

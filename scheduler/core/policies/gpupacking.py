@@ -15,7 +15,7 @@ from __future__ import annotations
 from ..allocation import Allocation
 from ..request import MILLI, Demand, GpuKind
 from ..state import NodeState
-from .base import Context, NoOptions, Reads, register
+from .base import Context, NoOptions, Reading, Reads, Tiebreaking, register
 from .binpack import tightest
 
 
@@ -32,7 +32,7 @@ def packing_score(state: NodeState, alloc: Allocation) -> float:
     return float(max(100 - free_pct // 10, 50))
 
 
-class GpuPacking:
+class GpuPacking(Reading, Tiebreaking):
     name = "gpupacking"
     reads: frozenset[Reads] = frozenset()
     tiebreak = staticmethod(tightest)

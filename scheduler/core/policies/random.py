@@ -16,7 +16,7 @@ import numpy as np
 from ..allocation import Allocation
 from ..request import Demand
 from ..state import NodeState
-from .base import Cluster, Context, Reads, register
+from .base import Adjusting, Cluster, Context, Reading, Reads, Tiebreaking, register
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +24,7 @@ class RandomOptions:
     seed: int | None = None  # default: the run's seed (0 in the service)
 
 
-class Random:
+class Random(Reading, Tiebreaking, Adjusting):
     name = "random"
     reads: frozenset[Reads] = frozenset()
 

@@ -9,17 +9,17 @@ from __future__ import annotations
 from ..allocation import Allocation
 from ..request import Demand
 from ..state import NodeState
-from .base import Context, NoOptions, register
+from .base import Context, NoOptions, Reading, Tiebreaking, register
 from .binpack import READS, tightest, utilisation_after
 
 
-class Spread:
+class Spread(Reading, Tiebreaking):
     name = "spread"
     reads = READS
     tiebreak = staticmethod(tightest)
 
     def score(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
-        return float(100 - int(utilisation_after(state, allocation)))
+        return 100.0 - utilisation_after(state, allocation)
 
 
 @register("spread")
