@@ -88,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         rows = make_variant(base, rooms, spec)
         write_rows(args.out / f"openb_pod_list_{spec.name}.csv", rows)
         measured = describe(rows)
-        levels.append({"variant": spec.name, "role": role, "seed": spec.seed, **{k: f"{v:.4f}" for k, v in measured.items()}})
+        levels.append(
+            {"variant": spec.name, "role": role, "seed": spec.seed, **{k: f"{v:.4f}" for k, v in measured.items()}}
+        )
         print(f"{spec.name}: {', '.join(f'{k} {v:.3f}' for k, v in measured.items())}")
     with (args.out / "levels.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(levels[0]))
