@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.controlplane import ControlPlane
+from tests.e2e.controlplane import ApiError, ControlPlane
 from tests.fakes import FakeApiServer
 
 pytestmark = pytest.mark.controlplane
@@ -105,6 +105,23 @@ def test_the_fake_api_server_answers_as_the_real_one(control_plane: ControlPlane
         faked = list(scenario(fake_http))
     differences = [(r, f) for r, f in zip(real, faked, strict=True) if r != f]
     assert differences == [], "\n".join(f"real: {r}\nfake: {f}" for r, f in differences)
+
+
+def test_a_forbidden_call_reads_the_same_from_the_fake(control_plane: ControlPlane) -> None:
+    """The fake has no RBAC: a refusal is a fault it is told to answer (status=403). Given the
+    real refusal's words, its Status must read as the real one's."""
+    client = control_plane.client()
+    client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    client.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "nobody", "namespace": NAMESPACE}})
+    nobody = control_plane.client(client.account_token(NAMESPACE, "nobody"))
+    with pytest.raises(ApiError) as refused:
+        nobody.get("/api/v1/pods")
+    real = (refused.value.status, normalised(refused.value.body, ""))
+    assert real[0] == 403, real
+    with FakeApiServer() as fake, httpx.Client(base_url=fake.url, timeout=30) as http:
+        fake.fault("list", "pods", status=403, message=refused.value.body["message"])
+        answer = http.get("/api/v1/pods")
+        assert (answer.status_code, normalised(answer.json(), "")) == real
 
 
 def watch_answer(http: httpx.Client, path: str, version: str) -> tuple[int, list[dict[str, Any]]]:

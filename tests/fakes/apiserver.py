@@ -63,6 +63,8 @@ API_VERSION = {"gpuquotas": "gpuslice.io/v1alpha1"}  # the rest: v1
 QUOTA_PATH = ["apis", "gpuslice.io", "v1alpha1"]  # the GPUQuota CRD's paths
 REASONS = {
     400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
     404: "NotFound",
     405: "MethodNotAllowed",
     409: "Conflict",
