@@ -4,7 +4,9 @@ It serves the core/v1 calls gpuslice makes (nodes, pods, bindings, configmaps) w
 semantics that matter to a scheduler: one global resourceVersion, lists with ``limit`` /
 ``continue`` and ``fieldSelector``, watches that stream JSON lines from a resourceVersion,
 ``409 Conflict`` on a stale ``metadata.resourceVersion`` (update, merge patch) and on a
-second Binding, ``410`` for a compacted resourceVersion, and faults injected on request::
+second Binding, ``410`` for a compacted resourceVersion (an ERROR event in a 200 stream for a watch,
+as v1.37 sends it), and faults injected on request. Its failures carry the status, reason and
+message the real API server gives (tests/e2e/test_fake_parity.py compares them)::
 
     with FakeApiServer() as api:                      # listens on a free port
         api.put_node(node_json); api.put_pod(pod_json)
