@@ -146,6 +146,12 @@ class Gpuslice:
     def log(self) -> str:
         return (self.workdir / "gpuslice.log").read_text(encoding="utf-8", errors="replace")
 
+    def debug(self, path: str) -> Any:
+        """gpuslice's ``/debug`` view at ``path`` (served to loopback clients)."""
+        answer = httpx.get(f"{self.url}{path}", verify=tls_context(self.tls / "ca.crt"), timeout=10)
+        answer.raise_for_status()
+        return answer.json()
+
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.process is None:
             return

@@ -133,11 +133,15 @@ def test_a_watch_that_expires_is_listed_again(
 ) -> None:
     """The API server serves watches from etcd (no watch cache), gpuslice's watches end every
     few seconds and are resumed from the last resourceVersion seen. gpuslice is paused while its
-    pods watch has ended, a pod is deleted behind its back and etcd is compacted: resumed, the
+    pods watch has ended; behind its back a pod is deleted and etcd compacted: resumed, the
     watch is refused (410 Gone, an ERROR event in v1.37), and only the list that follows can
-    show the deletion. On a node of one GPU that two halves fill, a new half binds only if
-    that list freed the deleted pod's share and counted the other pod's once; a second new
-    half must then find no room (no share lost)."""
+    show the deletion. On a node of one GPU that two halves filled, gpuslice then counts the
+    kept half once and the deleted one not at all; a new half binds there, and a further half
+    finds no room (no share lost).
+
+    (A pod created during the pause is left out: kube-scheduler's filter calls, queued while
+    gpuslice is paused, are answered from its view before that list, and a pod refused so
+    waits in kube-scheduler's unschedulable pool for a cluster event or its 5-minute flush.)"""
     client = control_plane.client()
     node = gpu_node(
         "e2e-expiry",
@@ -179,6 +183,15 @@ def test_a_watch_that_expires_is_listed_again(
         assert expired[0] == 200 and [e["type"] for e in expired[1]] == ["ERROR"], expired
         assert expired[1][0]["object"]["code"] == 410 and expired[1][0]["object"]["reason"] == "Expired", expired
         assert expired_watch_of_the_fake(path) == expired
+
+        def counted() -> list[tuple[str, bool]]:
+            return [(p["pod"], p["inFlight"]) for p in gpuslice.debug("/debug/nodes/e2e-expiry")["pods"]]
+
+        wait_for(
+            "the kept half counted once, the deleted one not",
+            lambda: counted() == [(f"{NAMESPACE}/expiry-kept", False)],
+            timeout=30,
+        )
         client.post(f"/api/v1/namespaces/{NAMESPACE}/pods", pod("expiry-new", "0.5", selector))
         (placed,) = settled(client, {"expiry-new"})
         assert placed["spec"]["nodeName"] == "e2e-expiry"
