@@ -126,6 +126,7 @@ class KubeSettings(BaseModel):
     stale_allocation_s: float | None = Field(None, gt=0)
     sweep_interval_s: float | None = Field(None, gt=0)
     conflict_retries: int | None = Field(None, gt=0, le=1000)
+    watch_timeout_s: int | None = Field(None, gt=0, le=3600)  # each watch ends after this; resumed
 
     @field_validator("namespace")
     @classmethod

@@ -457,6 +457,26 @@ def test_the_serve_flags_used_exist() -> None:
     assert {a for a in args[1:] if a.startswith("--")} <= options
 
 
+def control_plane_release() -> str:
+    """The Kubernetes release the test control plane is built from (e2e/controlplane/go.mod)."""
+    text = (REPO / "e2e" / "controlplane" / "go.mod").read_text(encoding="utf-8")
+    (release,) = re.findall(r"^\s*k8s\.io/kubernetes (v1\.\d+\.\d+)\s*$", text, re.MULTILINE)
+    return release
+
+
+def test_every_place_that_names_the_kube_scheduler_image_names_the_tested_release() -> None:
+    """The manifests, the chart and the deployment guide pin the kube-scheduler the e2e tier tests."""
+    image = f"registry.k8s.io/kube-scheduler:{control_plane_release()}"
+    places = [
+        MANIFESTS / "deployment.yaml",
+        REPO / "charts" / "gpuslice" / "templates" / "deployment.yaml",
+        REPO / "docs" / "deploying.md",
+    ]
+    for place in places:
+        named = set(re.findall(r"registry\.k8s\.io/kube-scheduler:[\w.-]+", place.read_text(encoding="utf-8")))
+        assert named == {image}, f"{place.relative_to(REPO)} names {sorted(named)}, the e2e tier tests {image}"
+
+
 def test_the_deployment() -> None:
     deployment = find("Deployment", "gpuslice")
     spec = deployment["spec"]
@@ -469,8 +489,8 @@ def test_the_deployment() -> None:
     assert gpuslice["readinessProbe"]["httpGet"]["path"] == "/readyz"
     for probe in ("livenessProbe", "readinessProbe"):
         assert gpuslice[probe]["httpGet"]["port"] in port_names and gpuslice[probe]["httpGet"]["scheme"] == "HTTPS"
-    # the upstream image at a pinned release
-    assert re.fullmatch(r"registry\.k8s\.io/kube-scheduler:v1\.\d+\.\d+", scheduler["image"])
+    # the upstream image at the release the test control plane runs (tests/e2e)
+    assert scheduler["image"] == f"registry.k8s.io/kube-scheduler:{control_plane_release()}"
     # Prometheus scrapes the port gpuslice serves /metrics on
     annotations = pod["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"

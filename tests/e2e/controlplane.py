@@ -108,6 +108,11 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
+    @property
+    def http(self) -> httpx.Client:
+        """The HTTP client itself (this identity, the CA checked), for calls whose raw answer matters."""
+        return self._http
+
     def request(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json", **params: Any
     ) -> Any:
@@ -299,7 +304,8 @@ class ControlPlane:
             ],
         )
 
-    def start_apiserver(self) -> None:
+    def start_apiserver(self, *extra_flags: str) -> None:
+        """kube-apiserver with the tier's flags, then ``extra_flags`` (``--watch-cache=false``)."""
         certs = self.certs
         self.spawn(
             "kube-apiserver",
@@ -325,10 +331,29 @@ class ControlPlane:
                 "--max-requests-inflight=2000",
                 "--max-mutating-requests-inflight=1000",
                 "--profiling=false",
+                *extra_flags,
             ],
             env={"GPUSLICE_SERVICE_MAP": ",".join(f"{k}={v}" for k, v in self.service_map.items())},
         )
         self.wait_ready()
+
+    def etcd_revision(self) -> int:
+        """etcd's current revision (the newest resourceVersion of any object), through its JSON gateway."""
+        answer = httpx.post(f"http://127.0.0.1:{self.etcd_port}/v3/kv/range", json={"key": "AA=="}, timeout=10)
+        answer.raise_for_status()
+        return int(answer.json()["header"]["revision"])
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision, as the API server does every 5
+        minutes: a watch from an older resourceVersion can no longer be served. The revision."""
+        revision = self.etcd_revision()
+        answer = httpx.post(
+            f"http://127.0.0.1:{self.etcd_port}/v3/kv/compaction",
+            json={"revision": str(revision), "physical": True},
+            timeout=30,
+        )
+        answer.raise_for_status()
+        return revision
 
     def wait_ready(self, timeout: float = 90.0) -> None:
         def ready() -> bool:

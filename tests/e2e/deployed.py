@@ -112,13 +112,17 @@ class Gpuslice:
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
-    def start(self, policy: str | None = None) -> None:
+    def start(self, policy: str | None = None, kube: dict[str, Any] | None = None) -> None:
+        """`gpuslice serve` with the ConfigMap's settings; ``policy`` and ``kube`` (settings of the
+        Kubernetes backend, such as ``watch_timeout_s``) replace theirs where given."""
         settings = yaml.safe_load(self.settings["gpuslice.yaml"])
         settings.update(
             host="127.0.0.1", port=self.port, tls_cert=str(self.tls / "tls.crt"), tls_key=str(self.tls / "tls.key")
         )
         if policy is not None:
             settings["policy"] = {"name": policy}
+        if kube:
+            settings["kube"] = {**settings.get("kube", {}), **kube}
         config = self.workdir / "gpuslice.yaml"
         config.write_text(yaml.safe_dump(settings), encoding="utf-8")
         token = self.plane.client().account_token(NAMESPACE, ACCOUNT)
@@ -157,6 +161,12 @@ class Gpuslice:
 
     def log(self) -> str:
         return (self.workdir / "gpuslice.log").read_text(encoding="utf-8", errors="replace")
+
+    def debug(self, path: str) -> Any:
+        """gpuslice's ``/debug`` view at ``path`` (served to loopback clients)."""
+        answer = httpx.get(f"{self.url}{path}", verify=tls_context(self.tls / "ca.crt"), timeout=10)
+        answer.raise_for_status()
+        return answer.json()
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.process is None:

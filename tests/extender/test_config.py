@@ -101,6 +101,8 @@ def test_every_bad_field_is_reported_by_where_it_was_set(tmp_path: Path) -> None
         ("file", "kube", {"namespce": "x"}, "kube.namespce: unknown key (did you mean 'namespace'?); accepted: "),
         ("file", "kube", {"request_timeout_s": "inf"}, "kube.request_timeout_s 'inf': accepted: a number greater"),
         ("file", "kube", 3, "kube 3: accepted: a mapping with the keys namespace, request_timeout_s,"),
+        ("file", "kube", {"watch_timeout_s": 0}, "kube.watch_timeout_s 0: accepted: a whole number greater than 0,"),
+        ("file", "kube", {"watch_timeout_s": 2.5}, "kube.watch_timeout_s 2.5: accepted: a whole number greater than 0"),
         (
             "file",
             "policy",

@@ -4,7 +4,9 @@ It serves the core/v1 calls gpuslice makes (nodes, pods, bindings, configmaps) w
 semantics that matter to a scheduler: one global resourceVersion, lists with ``limit`` /
 ``continue`` and ``fieldSelector``, watches that stream JSON lines from a resourceVersion,
 ``409 Conflict`` on a stale ``metadata.resourceVersion`` (update, merge patch) and on a
-second Binding, ``410`` for a compacted resourceVersion, and faults injected on request::
+second Binding, ``410`` for a compacted resourceVersion (an ERROR event in a 200 stream for a watch,
+as v1.37 sends it), and faults injected on request. Its failures carry the status, reason and
+message the real API server gives (tests/e2e/test_fake_parity.py compares them)::
 
     with FakeApiServer() as api:                      # listens on a free port
         api.put_node(node_json); api.put_pod(pod_json)
@@ -63,6 +65,8 @@ API_VERSION = {"gpuquotas": "gpuslice.io/v1alpha1"}  # the rest: v1
 QUOTA_PATH = ["apis", "gpuslice.io", "v1alpha1"]  # the GPUQuota CRD's paths
 REASONS = {
     400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
     404: "NotFound",
     405: "MethodNotAllowed",
     409: "Conflict",
@@ -75,16 +79,25 @@ REASONS = {
 }
 
 
+NO_REASON = "-"  # the API server gives some failures no reason at all (an internal error)
+WATCH_EXPIRED = "The resourceVersion for the provided watch is too old."  # etcd's, as v1.37 says it
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. "
+    "You can start a new list without the continue parameter."
+)
+
+
 def status_body(code: int, message: str, reason: str = "") -> Json:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason or REASONS.get(code, "Unknown"),
-        "code": code,
-    }
+    """A failure's ``Status``, as the API server writes it (tests/e2e/test_fake_parity.py)."""
+    body: Json = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message}
+    if reason != NO_REASON:
+        body["reason"] = reason or REASONS.get(code, "Unknown")
+    body["code"] = code
+    return body
+
+
+def conflict(resource: str, name: str, why: str) -> ApiFailure:
+    return ApiFailure(409, f'Operation cannot be fulfilled on {resource} "{name}": {why}', "Conflict")
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -118,6 +131,8 @@ def _selector(text: str, where: str) -> list[tuple[str, bool, str]]:
             key, value = term.split("==", 1) if "==" in term else term.split("=", 1)
             terms.append((key, True, value))
         else:
+            if where == "fieldSelector":  # the API server's words
+                raise ApiFailure(400, f"invalid selector: {text!r}; can't understand {term!r}")
             raise ApiFailure(400, f"{where} {term!r}: only key=value and key!=value are supported")
     return terms
 
@@ -448,7 +463,7 @@ class FakeApiServer:
             except ValueError as exc:
                 raise ApiFailure(400, f"continue token {query['continue']!r} is malformed") from exc
             if token_rv < self._compacted:
-                raise ApiFailure(410, "The provided continue parameter is too old", "Expired")
+                raise ApiFailure(410, CONTINUE_EXPIRED, "Expired")
             rv = token_rv
         limit = int(query.get("limit") or 0)
         meta: Json = {"resourceVersion": str(rv)}
@@ -513,16 +528,21 @@ class FakeApiServer:
             self._precondition("pods", name, old, (patch.get("metadata") or {}).get("resourceVersion"))
             new = merge_patch(old, patch)
             for field in ("name", "namespace", "uid"):
-                if new.get("metadata", {}).get(field) != old["metadata"].get(field):
-                    raise ApiFailure(422, f"metadata.{field}: field is immutable", "Invalid")
+                value = new.get("metadata", {}).get(field)
+                if value != old["metadata"].get(field):
+                    raise ApiFailure(
+                        422,
+                        f'Pod "{name}" is invalid: metadata.{field}: Invalid value: "{value}": field is immutable',
+                        "Invalid",
+                    )
             return self._store("pods", new, "MODIFIED")
 
     def _precondition(self, resource: str, name: str, old: Json, rv: object) -> None:
         if rv not in (None, "") and rv != old["metadata"]["resourceVersion"]:
-            raise ApiFailure(
-                409,
-                f'Operation cannot be fulfilled on {resource} "{name}": the object has been '
-                "modified; please apply your changes to the latest version and try again",
+            raise conflict(
+                resource,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
             )
 
     def bind(self, namespace: str, name: str, body: Json) -> Json:
@@ -531,16 +551,18 @@ class FakeApiServer:
             meta = body.get("metadata") or {}
             target = body.get("target") or {}
             if not target.get("name"):
-                raise ApiFailure(422, "target.name: Required value", "Invalid")
+                raise ApiFailure(500, "target.name: Required value", NO_REASON)  # v1.37: no 422
             if meta.get("uid") and meta["uid"] != pod["metadata"]["uid"]:
-                raise ApiFailure(
-                    409,
-                    f"Precondition failed: UID in precondition: {meta['uid']}, "
-                    f"UID in object meta: {pod['metadata']['uid']}",
+                raise conflict(
+                    "pods",
+                    name,
+                    f"StorageError: invalid object, Code: 4, Key: /registry/pods/{namespace}/{name}, "
+                    f"ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: "
+                    f"{meta['uid']}, UID in object meta: {pod['metadata']['uid']}",
                 )
             node = (pod.get("spec") or {}).get("nodeName")
             if node:
-                raise ApiFailure(409, f'pod {name} is already assigned to node "{node}"')
+                raise conflict("pods/binding", name, f'pod {name} is already assigned to node "{node}"')
             patch: Json = {"spec": {"nodeName": target["name"]}}
             if meta.get("annotations"):  # the API server copies a Binding's annotations onto the pod
                 patch["metadata"] = {"annotations": dict(meta["annotations"])}
@@ -558,7 +580,12 @@ class FakeApiServer:
             uid = ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
             actual = pod["metadata"].get("uid")
             if uid and uid != actual:
-                raise ApiFailure(409, f"Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}")
+                raise conflict(
+                    "Pod",
+                    name,
+                    f"the UID in the precondition ({uid}) does not match the UID in record ({actual}). "
+                    "The object might have been deleted and then recreated",
+                )
             if not dry_run:
                 self.evictions.append(body)
                 self._store("pods", pod, "DELETED")
@@ -618,7 +645,7 @@ class FakeApiServer:
                     pending = [e for e in itertools.islice(self._events, start, None) if wanted(e)]
                     cursor = self._rv
             if watch.expired:
-                send({"type": "ERROR", "object": status_body(410, "too old resource version", "Expired")})
+                send({"type": "ERROR", "object": status_body(410, WATCH_EXPIRED, "Expired")})
                 return "expired"
             for event in pending:
                 send({"type": event.type, "object": event.obj})
@@ -798,7 +825,8 @@ class _Handler(BaseHTTPRequestHandler):
         _selector(query.get("labelSelector", ""), "labelSelector")
         rv = query.get("resourceVersion", "")
         if rv and not rv.isdigit():
-            raise ApiFailure(400, f"resourceVersion {rv!r} is not a number")
+            problem = f'resourceVersion: Invalid value: "{rv}": strconv.ParseUint: parsing "{rv}": invalid syntax'
+            raise ApiFailure(500, problem, NO_REASON)
         watch = _Watch(resource)
         fake = self.fake
         self.send_response(200)

@@ -117,7 +117,7 @@ def test_an_eviction_a_budget_refuses_or_of_a_replaced_pod_is_an_error() -> None
         )
         with pytest.raises(ApiStatusError, match="create pods/eviction: HTTP 429"):
             api.evict(ObjectRef("Pod", "p", "default", "uid-p"))
-        with pytest.raises(ConflictError, match="Precondition failed"):
+        with pytest.raises(ConflictError, match=r"the UID in the precondition \(uid-of-another-p\) does not match"):
             api.evict(ObjectRef("Pod", "p", "default", "uid-of-another-p"))
         assert server.pod("default", "p") is not None and server.evictions == []
         api.stop()

@@ -9,6 +9,7 @@ import pytest
 from scheduler.backend import Kind
 from scheduler.kube import KubeBackend, KubeError
 from tests.fakes import FakeApiServer, FakeClock
+from tests.fakes.apiserver import WATCH_EXPIRED
 from tests.kube.conftest import Recorder, gpu_node, gpu_pod, wait_until
 
 Make = Callable[..., KubeBackend]
@@ -79,6 +80,22 @@ def test_410_relists_and_reports_what_vanished_in_between(apiserver: FakeApiServ
     assert recorder.keys(Kind.POD) == {"default/stays", "default/new"}
     assert apiserver.count("list", "pods") == lists_before + 1
     assert pods.broken_since is None and backend.ready()  # a 410 is routine, not a broken watch
+
+
+def test_a_watch_refused_with_http_410_relists_at_once_as_an_error_event_does(
+    apiserver: FakeApiServer, make_backend: Make
+) -> None:
+    # v1.37 refuses a watch from a resourceVersion too old with an ERROR event in a 200 stream
+    # (tests/e2e/test_faults.py); an HTTP 410 answer to the watch itself means the same.
+    backend, recorder = started(make_backend, apiserver)
+    pods = backend._reflectors[1]
+    lists_before = apiserver.count("list", "pods")
+    refusal = apiserver.fault("watch", "pods", status=410, message=WATCH_EXPIRED)
+    wait_until(lambda: refusal.fired == 1, "the resumed watch (after its 2 s timeout) refused with HTTP 410")
+    wait_until(lambda: apiserver.count("list", "pods") == lists_before + 1, "the relist")
+    apiserver.put_pod(gpu_pod("after"))
+    wait_until(lambda: recorder.has(Kind.POD, "default/after"), "an event on the watch that follows")
+    assert pods.last_error == "" and pods.broken_since is None and backend.ready()  # routine, no backoff
 
 
 def test_a_dropped_watch_is_relisted_and_followed_again(apiserver: FakeApiServer, make_backend: Make) -> None:
