@@ -38,11 +38,6 @@ from .capacity import (
     DeviceUsage,
     Refusal,
     device_key,
-    rows_add_share,
-    rows_fit,
-    rows_refused_free,
-    rows_refused_rule,
-    rows_shortages,
     share_milli,
     usage_row,
 )
@@ -64,6 +59,7 @@ from .fragmentation import ShareCandidates
 from .groups import Groups, device_group, node_group
 from .ids import Ids
 from .inventory import Device, Node, SharingMode
+from .modes.shared import rows_add_share, rows_fit, rows_refused_free, rows_refused_rule, rows_shortages
 from .policies.base import Policy, Reads, demand_key, reads, version
 from .request import MILLI, Demand, GpuKind, GpuRequest
 from .select import NO_MOVE, Placement, Scored, evaluate, finish, firsts, score_firsts
