@@ -787,6 +787,7 @@ def test_one_share_is_the_rules_of_arrays_over_one_row(
     share = DeviceShare(device.uuid, 0, device.mode, memory, compute, slot)
     rules = modes.of(device.mode)
     why = rules.refusal(node, device, usage, share) or rules.stray_refusal(node, device, usage, share)
+    assert rules.why_not(node, device, usage, share) == why  # the two asked at once, as fit asks them
     rows = np.array([usage_row(node, device, usage)] * 2, dtype=np.int64)  # the state, beside itself
     m, c = np.array([memory, memory]), np.array([compute, compute])
     fits = rows_fit(rows, m, c).tolist()

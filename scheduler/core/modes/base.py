@@ -160,8 +160,12 @@ class Mode:
     def offer_of(self, node: Node, device: Device, usage: DeviceUsage, memory: int, compute: int) -> Offer | Refusal:
         """A share of ``memory`` MiB and ``compute`` milli-GPU, if the capacity rules let it."""
         share = DeviceShare(device.uuid, device.index, device.mode, memory, compute)
-        problem = self.refusal(node, device, usage, share) or self.stray_refusal(node, device, usage, share)
+        problem = self.why_not(node, device, usage, share)
         return Offer(memory, compute) if problem is None else problem
+
+    def why_not(self, node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) -> Refusal | None:
+        """:meth:`refusal`, else :meth:`stray_refusal`: why ``share`` cannot be placed beside ``usage``."""
+        return self.refusal(node, device, usage, share) or self.stray_refusal(node, device, usage, share)
 
     def question(self, gpu: GpuRequest, device: Device) -> tuple[Hashable, ...] | None:
         """What decides :meth:`offer`'s answer for one share of ``gpu`` beyond the GPU's state,

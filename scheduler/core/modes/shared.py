@@ -128,12 +128,13 @@ def rows_shortages(
     return what, need
 
 
-def free_share(columns: Any, divides_compute: bool, maximum: Any = max, minimum: Any = min) -> Any:
-    """The free share (milli-GPU) of a GPU state (a usage row's ten columns) that has a client or
-    replica left and no whole share: its free memory as a share of the GPU, and where shares
+def free_share(
+    total: Any, used_memory: Any, used_compute: Any, stray: Any, divides_compute: bool, maximum: Any, minimum: Any
+) -> Any:
+    """The free share (milli-GPU) of a GPU state (the columns of its usage row) that has a client
+    or replica left and no whole share: its free memory as a share of the GPU, and where shares
     divide the compute (MPS) no more than its free compute. Python integers with ``max`` and
     ``min``; arrays with ``np.maximum`` and ``np.minimum``."""
-    _, total, _, _, _, used_memory, used_compute, _, _, stray = columns
     memory_share = maximum(0, total - (used_memory + stray)) * MILLI // total
     return maximum(0, minimum(MILLI - used_compute, memory_share)) if divides_compute else memory_share
 
@@ -141,9 +142,8 @@ def free_share(columns: Any, divides_compute: bool, maximum: Any = max, minimum:
 def rows_free_milli(rows: np.ndarray, divides_compute: bool) -> np.ndarray:
     """The free share (milli-GPU) of healthy GPU states of an arrayable mode (``divides_compute``:
     MPS), from their usage rows (one per state), as :meth:`SharedMode.amounts` works it out."""
-    columns = rows.T
-    share = free_share(columns, divides_compute, np.maximum, np.minimum)
-    shares, limit, whole = columns[7], columns[4], columns[8]
+    _, total, _, _, limit, used_memory, used_compute, shares, whole, stray = rows.T
+    share = free_share(total, used_memory, used_compute, stray, divides_compute, np.maximum, np.minimum)
     free: np.ndarray = np.where((shares >= limit) | (whole != 0), 0, share)
     return free
 
@@ -154,43 +154,55 @@ class SharedMode(Mode):
     arrayable = True
 
     def amounts(self, node: Node, device: Device, usage: DeviceUsage) -> tuple[int, int, int]:
-        row = self.row(node, device, usage)
-        memory_cap, compute_cap, limit = row[2:5]
+        memory_cap, compute_cap, limit = self.caps(node, device)
         if usage.shares >= limit or usage.whole:
             return 0, 0, 0
-        memory = max(0, memory_cap - usage.memory_mib - device.stray_memory_mib)
-        compute = max(0, (compute_cap if self.divides_compute else MILLI) - usage.compute_milli)
-        return memory, compute, free_share(row, self.divides_compute)
+        used, stray, divides = usage.memory_mib, device.stray_memory_mib, self.divides_compute
+        memory = max(0, memory_cap - used - stray)
+        compute = max(0, (compute_cap if divides else MILLI) - usage.compute_milli)
+        return memory, compute, free_share(device.memory_mib, used, usage.compute_milli, stray, divides, max, min)
 
     def no_client(self, device: Device) -> str:
         """The text of :data:`NO_CLIENT`."""
         raise NotImplementedError
 
     def refusal(self, node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) -> Refusal | None:
-        m, c = share.memory_mib, share.compute_milli
+        return self._first(node, device, usage, share, STRAY_SHORT)
+
+    def stray_refusal(self, node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) -> Refusal | None:
         row = self.row(node, device, usage)
-        rules = broken(row, m, c)
-        rule = next((r for r in range(STRAY_SHORT) if rules[r]), None)
+        if not broken(row, share.memory_mib, share.compute_milli)[STRAY_SHORT]:
+            return None
+        return self._refused(device, usage, share, row, STRAY_SHORT)
+
+    def why_not(self, node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) -> Refusal | None:
+        return self._first(node, device, usage, share, STRAY_SHORT + 1)
+
+    def _first(self, node: Node, device: Device, usage: DeviceUsage, share: DeviceShare, rules: int) -> Refusal | None:
+        """The refusal of the first of the first ``rules`` rules of :func:`broken` that
+        ``share`` breaks (None if none)."""
+        row = self.row(node, device, usage)
+        found = broken(row, share.memory_mib, share.compute_milli)
+        rule = next((r for r in range(rules) if found[r]), None)
         if rule == NO_SUCH_SHARE:
-            return no_such_share(device, usage, m, c)
+            return no_such_share(device, usage, share.memory_mib, share.compute_milli)
         if share.mig is not None:
             return not_mig(device, usage)
-        if rule is None:
-            return None
+        return None if rule is None else self._refused(device, usage, share, row, rule)
+
+    def _refused(self, device: Device, usage: DeviceUsage, share: DeviceShare, row: Any, rule: int) -> Refusal:
+        """The refusal of ``share`` on the GPU state ``row`` that breaks ``rule`` (past
+        :data:`NO_SUCH_SHARE`)."""
+        m = share.memory_mib
         if rule == NOT_FREE:
             return not_free(device)
         if rule == NO_CLIENT:
             return refused(device, usage, self.no_client(device))
         if rule == COMPUTE_SHORT:
-            return Refusal(compute_short_text(c), free_mib(device, usage))
-        left = max(0, _room(row))
-        return Refusal(f"needs {m} MiB on one GPU, free {left} MiB", left, m)
-
-    def stray_refusal(self, node: Node, device: Device, usage: DeviceUsage, share: DeviceShare) -> Refusal | None:
-        row = self.row(node, device, usage)
-        m = share.memory_mib
-        if not broken(row, m, share.compute_milli)[STRAY_SHORT]:
-            return None
+            return Refusal(compute_short_text(share.compute_milli), free_mib(device, usage))
+        if rule == MEMORY_SHORT:
+            left = max(0, _room(row))
+            return Refusal(f"needs {m} MiB on one GPU, free {left} MiB", left, m)
         stray = device.stray_memory_mib
         left = max(0, _room(row) - stray)
         return Refusal(f"needs {m} MiB on one GPU, free {left} MiB ({held(stray)})", left, m)
