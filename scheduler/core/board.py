@@ -19,12 +19,13 @@ about, are worked out again. Work is shared between nodes in the same state (by
 (:func:`~scheduler.core.policies.base.demand_key`). A table is keyed by the policy, its
 ``version`` and that key. Positions are stable: a node keeps its position until it
 leaves, and a new node takes a free one. Not thread-safe: callers serialise access. The
-GPUs' device states, and what each answers a GPU request, are :mod:`.devstates`'s.
+GPUs' device states, and what each answers a GPU request, are :mod:`.devstates`'s; the gap
+histograms, in all and by GPU group, :mod:`.histograms`'s.
 """
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -35,7 +36,6 @@ import numpy as np
 
 from .allocation import Allocation, DeviceShare
 from .capacity import (
-    GAP_LEVELS,
     DeviceUsage,
     Refusal,
 )
@@ -54,7 +54,8 @@ from .fit import (
     short_reason,
 )
 from .fragmentation import ShareCandidates
-from .groups import Groups, device_group, node_group
+from .groups import Groups
+from .histograms import GapHistograms
 from .ids import Ids
 from .inventory import Device, Node, SharingMode
 from .modes.shared import rows_add_share
@@ -148,7 +149,7 @@ class _Cluster:
         size = board._size
         self._board = board
         self._groups: Groups | None = None
-        self.gaps = board._gaps
+        self.gaps = board._histograms.gaps
         self.cpu_milli = board._cpu_total
         self._table = table
         self._positions = positions
@@ -162,16 +163,17 @@ class _Cluster:
 
     def _gather_groups(self) -> Groups:
         board = self._board
+        kept = board._histograms
         positions = self._positions
         if positions is None:
-            mine = board._node_group[: board._size]  # as the scores: every position, free ones -1
+            mine = kept.node_group[: board._size]  # as the scores: every position, free ones -1
         else:
-            mine = np.where(positions >= 0, board._node_group[np.maximum(positions, 0)], -1)
+            mine = np.where(positions >= 0, kept.node_group[np.maximum(positions, 0)], -1)
         return Groups(
-            tuple(board._group_ids.values),  # type: ignore[arg-type]
-            board._group_gaps,
+            tuple(kept.group_ids.values),  # type: ignore[arg-type]
+            kept.group_gaps,
             mine,
-            tuple(board._group_devices),
+            tuple(kept.group_devices),
             board._fits_empty_by_group,
         )
 
@@ -252,15 +254,8 @@ class Board:
         self._problem = np.zeros(0, dtype=np.int32)  # text id of why the node cannot be used (0: it can)
         self._kind = np.zeros(0, dtype=np.int64)  # node kind id (-1 for none)
         self._signature = np.zeros(0, dtype=np.int64)  # node state signature id (-1 for none)
-        self._levels: list[list[int]] = []
-        self._gaps = np.zeros(GAP_LEVELS + 1, dtype=np.int64)
         self._cpu_total = 0  # allocatable milli-CPU of the usable nodes
-        # The gap histogram split by GPU group (model, mode): see scheduler.core.groups.
-        self._group_ids = Ids()
-        self._group_devices: list[Device] = []
-        self._group_gaps = np.zeros((0, GAP_LEVELS + 1), dtype=np.int64)
-        self._node_group = np.zeros(0, dtype=np.int64)  # per position, -1 without GPUs
-        self._dev_groups: list[list[int]] = []  # per position, the group of each GPU
+        self._histograms = GapHistograms()  # the gap histograms, in all and by GPU group
         self._kind_nodes: dict[int, Node] = {}  # a node of each kind (to fit pods on it empty)
         self._kind_empty: dict[int, NodeState] = {}  # that node, empty (made when first asked)
         # Each GPU of each node by its device state id (see DeviceStates), 0 for no GPU: a
@@ -268,10 +263,6 @@ class Board:
         self._devs = np.zeros((0, 0), dtype=np.int32)
         self._dev_states = DeviceStates(self._MAX_TABLES)
         self._kinds = Ids()
-        # how many nodes have each (node kind, GPU group), and those pairs as arrays (None:
-        # to be made again): which groups a pod could use is asked once per pair
-        self._kind_groups: Counter[tuple[int, int]] = Counter()
-        self._pairs: tuple[np.ndarray, np.ndarray] | None = None
         self._signatures = Ids()
         self._scores: OrderedDict[Hashable, _ScoreTable] = OrderedDict()
         self._reasons: OrderedDict[Hashable, _ReasonTable] = OrderedDict()
@@ -299,7 +290,7 @@ class Board:
     @property
     def gaps(self) -> np.ndarray:
         """How many GPUs of the cluster have each free share, in hundredths (index 0..100)."""
-        return self._gaps
+        return self._histograms.gaps
 
     def get(self, name: str) -> NodeState | None:
         i = self._index.get(name)
@@ -381,33 +372,20 @@ class Board:
         self._problem = more(self._problem, 0)
         self._kind = more(self._kind, -1)
         self._signature = more(self._signature, -1)
-        self._node_group = more(self._node_group, -1)
         self._devs = np.concatenate([self._devs, np.zeros((extra, self._devs.shape[1]), dtype=np.int32)])
         self._states.extend([None] * extra)
-        self._levels.extend([[] for _ in range(extra)])
-        self._dev_groups.extend([[] for _ in range(extra)])
+        self._histograms.grow(extra)
 
     def _set(self, i: int, state: NodeState | None, problem: str) -> None:
-        pair = (int(self._kind[i]), int(self._node_group[i]))
+        histograms = self._histograms
+        pair = (int(self._kind[i]), int(histograms.node_group[i]))
         self._set_state(i, state, problem)
-        now = (int(self._kind[i]), int(self._node_group[i]))
-        if now == pair:
-            return
-        kind_groups = self._kind_groups
-        if min(pair) >= 0:
-            kind_groups[pair] -= 1
-            if not kind_groups[pair]:
-                del kind_groups[pair]
-                self._pairs = None
-        if min(now) >= 0:
-            kind_groups[now] += 1
-            if kind_groups[now] == 1:
-                self._pairs = None
+        now = (int(self._kind[i]), int(histograms.node_group[i]))
+        if now != pair:
+            histograms.moved(pair, now)
 
     def _set_state(self, i: int, state: NodeState | None, problem: str) -> None:
-        for level, group in zip(self._levels[i], self._dev_groups[i], strict=True):
-            self._gaps[level] -= 1
-            self._group_gaps[group, level] -= 1
+        self._histograms.take(i)
         old = self._states[i]
         if old is not None:
             self._cpu_total -= old.node.cpu_milli
@@ -416,24 +394,14 @@ class Board:
         self._clock += 1
         self._stamp[i] = self._clock
         if state is None:
-            self._levels[i] = []
-            self._dev_groups[i] = []
             self._cpu_free[i] = self._memory_free[i] = self._room[i] = 0
             self._gpu_free[i] = self._gpu_capacity[i] = 0
-            self._kind[i] = self._signature[i] = self._node_group[i] = -1
+            self._kind[i] = self._signature[i] = -1
             self._devs[i] = 0
             return
         self._set_devices(i, state)
-        levels = state.gap_levels()
-        groups = [self._group_of(device) for device in state.node.devices]
-        for level, group in zip(levels, groups, strict=True):
-            self._gaps[level] += 1
-            self._group_gaps[group, level] += 1
-        self._levels[i] = levels
-        self._dev_groups[i] = groups
+        self._histograms.add(i, state)
         self._cpu_total += state.node.cpu_milli
-        own = node_group(state.node)
-        self._node_group[i] = -1 if own is None else self._group_ids.of(own)
         self._cpu_free[i] = state.cpu_free
         self._memory_free[i] = state.memory_free
         self._room[i] = state.node.max_pods - len(state.pods)
@@ -447,30 +415,10 @@ class Board:
         if len(self._signatures) > 4 * self._size + slack or len(self._dev_states) > 4 * self._devs.size + slack:
             self._compact()
 
-    def _group_of(self, device: Device) -> int:
-        """The group id of ``device`` (a new group gets a row of the group histogram)."""
-        ids = self._group_ids
-        known = len(ids)
-        group = ids.of(device_group(device))
-        if group == known:
-            self._group_devices.append(device)
-            self._group_gaps = np.vstack([self._group_gaps, np.zeros((1, GAP_LEVELS + 1), dtype=np.int64)])
-        return group
-
     def _fits_empty_by_group(self, demand: Demand) -> np.ndarray:
         """Per GPU group, whether ``demand`` fits some node of the group that is in the
         cluster, were that node empty."""
-        if self._pairs is None:
-            pairs = sorted(self._kind_groups)
-            self._pairs = (
-                np.array([kind for kind, _ in pairs], dtype=np.int64),
-                np.array([group for _, group in pairs], dtype=np.int64),
-            )
-        kind_of, group_of = self._pairs
-        never = self._never_by_kind(demand, kind_of)
-        out = np.zeros(len(self._group_ids), dtype=bool)
-        out[group_of[never[kind_of] == 0]] = True
-        return out
+        return self._histograms.fits_empty_by_group(lambda kinds: self._never_by_kind(demand, kinds))
 
     def _compact(self) -> None:
         """Number the node signatures and device states again from those in use: states come
