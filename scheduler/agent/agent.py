@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from scheduler.core import modes
 from scheduler.core.allocation import Allocation, DeviceShare, decode_record
 from scheduler.core.errors import GpusliceError, InventoryError, RecordError
 from scheduler.core.inventory import Node, SharingMode
@@ -403,7 +404,7 @@ class Agent:
             if gpu.uuid != share.uuid:
                 raise AdmitError(f"GPU {gpu.index} is {gpu.uuid}, but the record names {share.uuid}")
             names[share.index] = gpu.uuid
-            if share.mode is SharingMode.MPS:
+            if modes.of(share.mode).control_daemon:
                 # never a share without what enforces its caps: no daemon, no handover
                 problems = self._mps.ensure([gpu.uuid])
                 down = self._mps.down(gpu.uuid)
@@ -564,7 +565,9 @@ class Agent:
                 log.error("%s", message)
                 self._cluster.event(ObjectRef("Node", self.config.node), "Warning", "GpusliceGpuUnhealthy", message)
             mps_gpus = [
-                g.uuid for g in gpus if not g.mig_enabled and self.config.sharing_of(g.index).mode is SharingMode.MPS
+                g.uuid
+                for g in gpus
+                if not g.mig_enabled and modes.of(self.config.sharing_of(g.index).mode).control_daemon
             ]
             self.problems.extend(self._mps.ensure(mps_gpus))
             self._reconcile_mig()

@@ -56,6 +56,7 @@ from typing import Any
 
 import yaml
 
+from scheduler.core import modes
 from scheduler.core.errors import ConfigError
 from scheduler.core.inventory import DEFAULT_MPS_CLIENTS, SharingMode
 from scheduler.core.request import DEFAULT_PREFIX
@@ -268,10 +269,9 @@ def _overrun(raw: object) -> OverrunSettings:
 def _sharing(path: str, raw: object, base: Sharing) -> Sharing:
     body = _keys(path, raw, _SHARING_KEYS)
     mode = body.get("mode", base.mode.value)
-    try:
-        parsed = SharingMode(mode)
-    except ValueError as exc:
-        raise ConfigError(f"{path}.mode: {mode!r}; accepted: {', '.join(m.value for m in SharingMode)}") from exc
+    parsed = modes.parse(mode) if isinstance(mode, str) else None
+    if parsed is None:
+        raise ConfigError(f"{path}.mode: {mode!r}; accepted: {modes.accepted()}")
     strategy = body.get("migStrategy", base.mig_strategy)
     if strategy not in MIG_STRATEGIES:
         raise ConfigError(f"{path}.migStrategy: {strategy!r}; accepted: {', '.join(MIG_STRATEGIES)}")

@@ -31,8 +31,8 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
+from scheduler.core import modes
 from scheduler.core.errors import GpusliceError
-from scheduler.core.inventory import SharingMode
 
 from .cluster import NodeCluster, ObjectRef
 from .config import OverrunSettings
@@ -41,7 +41,6 @@ from .sampling import Sample, ShareUse
 log = logging.getLogger("gpuslice.agent.guard")
 
 REPORTED, EVICTED, EVICTION_FAILED = "reported", "evicted", "eviction_failed"
-ISOLATED = frozenset({SharingMode.MIG, SharingMode.EXCLUSIVE})
 
 
 @dataclass(slots=True)
@@ -107,13 +106,13 @@ class Guard:
             del self._episodes[key]  # the share is gone
 
     def _action(self, share: ShareUse) -> str:
-        if share.mode in ISOLATED:
+        if modes.of(share.mode).isolated:
             return f"report only ({share.mode} shares are isolated)"
         action = self._settings.action_for(share.namespace)
         return "evict" if action == "evict" else "report only"
 
     def _wants_eviction(self, share: ShareUse) -> bool:
-        return share.mode not in ISOLATED and self._settings.action_for(share.namespace) == "evict"
+        return not modes.of(share.mode).isolated and self._settings.action_for(share.namespace) == "evict"
 
     def _figures(self, share: ShareUse, seconds: float) -> str:
         pids = ", ".join(

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from scheduler.core import modes
 from scheduler.core.allocation import Allocation
-from scheduler.core.inventory import SharingMode
 
 from .config import AgentConfig
 
@@ -49,7 +49,7 @@ def answer(
     cdi = tuple(f"{config.cdi_kind}={names[s.index]}" for s in shares)
     envs: dict[str, str] = {"GPUSLICE_POD": pod}
     mounts: list[Mount] = []
-    mps = [(ordinal, s) for ordinal, s in enumerate(shares) if s.mode is SharingMode.MPS]
+    mps = [(ordinal, s) for ordinal, s in enumerate(shares) if modes.of(s.mode).control_daemon]
     if mps:
         directory = config.mps.container_pipe_directory
         host = {pipes[s.index] for _, s in mps}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
+from scheduler.core import modes
 from scheduler.core.catalog import GpuModel, MigProfile, lookup_model
 from scheduler.core.inventory import Device, MigInstance, Node, SharingMode
 
@@ -103,7 +104,7 @@ def build_node(
                 unhealthy_reason=reason,
                 mig_taken=tuple(sorted(taken, key=lambda i: i.start)),
                 mig_managed=tuple(sorted(ours, key=lambda i: i.start)),
-                stray_memory_mib=0 if mode is SharingMode.MIG else (stray or {}).get(info.uuid, 0),
+                stray_memory_mib=(stray or {}).get(info.uuid, 0) if modes.of(mode).counts_stray else 0,
             )
         )
         for peer in peers.get(info.uuid, ()):

@@ -18,34 +18,28 @@ about, are worked out again. Work is shared between nodes in the same state (by
 :meth:`signature`) and between pods that agree on what the policy reads
 (:func:`~scheduler.core.policies.base.demand_key`). A table is keyed by the policy, its
 ``version`` and that key. Positions are stable: a node keeps its position until it
-leaves, and a new node takes a free one. Not thread-safe: callers serialise access.
+leaves, and a new node takes a free one. Not thread-safe: callers serialise access. The
+GPUs' device states, and what each answers a GPU request, are :mod:`.devstates`'s; the gap
+histograms, in all and by GPU group, :mod:`.histograms`'s.
 """
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from itertools import repeat
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
 from .allocation import Allocation, DeviceShare
 from .capacity import (
-    GAP_LEVELS,
     DeviceUsage,
     Refusal,
-    device_key,
-    rows_add_share,
-    rows_fit,
-    rows_refused_free,
-    rows_refused_rule,
-    rows_shortages,
-    share_milli,
-    usage_row,
 )
+from .devstates import NAMES_GPU, UNKNOWN, DeviceStates, Growing, Hosting, kept
 from .fit import (
     Fit,
     counted_reason,
@@ -58,31 +52,25 @@ from .fit import (
     refused_reason,
     sharing_share,
     short_reason,
-    state_question,
 )
 from .fragmentation import ShareCandidates
-from .groups import Groups, device_group, node_group
+from .groups import Groups
+from .histograms import GapHistograms
 from .ids import Ids
 from .inventory import Device, Node, SharingMode
+from .modes.shared import rows_add_share
 from .policies.base import Policy, Reads, capabilities, demand_key, reads, version
 from .request import MILLI, Demand, GpuKind, GpuRequest
 from .select import NO_MOVE, Placement, Scored, evaluate, finish, firsts, score_firsts
 from .state import NodeState
 
 UNKNOWN_NODE = "node unknown to gpuslice"
-_ARRAYS_FROM = 24  # refusing device states from which Board._refused_facts asks with arrays
-_UNKNOWN, _NAMES_GPU = -1, -2  # of a device state's reason kept in a _Hosting table (see there)
 _READS_PER_NODE = frozenset({Reads.GAPS, Reads.PODS})  # what score_took cannot answer (see Board._score_took)
 # nodes from which a policy's score_nodes pays (fgd-reserve on new node states: 1.1x at 16, 0.8x at 32)
 _AT_ONCE_FROM = 32
-_DEV_COLUMNS = 11  # a device state's row: its device kind, then the ten of capacity.usage_row
 
 
-class _Growing(Protocol):
-    def grow(self, size: int) -> None: ...
-
-
-T = TypeVar("T", bound=_Growing)
+T = TypeVar("T", bound=Growing)
 
 
 class Status(IntEnum):
@@ -151,33 +139,6 @@ class _ReasonTable:
             self.stamps = np.concatenate([self.stamps, np.full(extra, -1, dtype=np.int64)])
 
 
-class _Hosting:
-    """What each device state (by id, see ``Board._devs``) answers one GPU request: whether
-    the request's selectors allow the GPU, whether it can take one share, and if not why (the
-    reason asked only for the states of nodes that must say why); worked out only for the
-    device states of the nodes asked about."""
-
-    __slots__ = ("allowed", "free", "hosts", "known", "refusals", "short", "took", "why", "whys")
-
-    def __init__(self) -> None:
-        self.known = np.ones(1, dtype=bool)  # id 0: no device
-        self.allowed = np.zeros(1, dtype=bool)
-        self.hosts = np.zeros(1, dtype=bool)
-        self.took = np.zeros(1, dtype=np.int64)  # where it hosts: the milli-GPU its share takes
-        self.refusals: dict[int, Refusal] = {}  # why, of the device states that refuse (as asked)
-        # a refusing state's fit.refused_reason, as its place in whys (id 0, none refused:
-        # "no GPU matches"); _UNKNOWN: not asked yet; _NAMES_GPU: its text names the GPU, so
-        # it is read per node (see Board._refused_reasons)
-        self.whys = Ids()
-        self.whys.of(refused_reason(None))
-        self.why = np.zeros(1, dtype=np.int64)
-        self.free = np.full(1, -1, dtype=np.int64)  # a refusing state's free MiB (-1: not asked yet)
-        self.short = np.zeros((2, 1), dtype=np.int64)  # its capacity.rows_shortages (0: another rule)
-
-    def grow(self, size: int) -> None:
-        """Nothing to do: :meth:`Board._hosted` works out device states as they appear."""
-
-
 class _Cluster:
     """The :class:`~scheduler.core.policies.base.Cluster` a policy's ``adjust`` reads; the
     moves and groups are gathered only when read."""
@@ -188,7 +149,7 @@ class _Cluster:
         size = board._size
         self._board = board
         self._groups: Groups | None = None
-        self.gaps = board._gaps
+        self.gaps = board._histograms.gaps
         self.cpu_milli = board._cpu_total
         self._table = table
         self._positions = positions
@@ -202,16 +163,17 @@ class _Cluster:
 
     def _gather_groups(self) -> Groups:
         board = self._board
+        kept = board._histograms
         positions = self._positions
         if positions is None:
-            mine = board._node_group[: board._size]  # as the scores: every position, free ones -1
+            mine = kept.node_group[: board._size]  # as the scores: every position, free ones -1
         else:
-            mine = np.where(positions >= 0, board._node_group[np.maximum(positions, 0)], -1)
+            mine = np.where(positions >= 0, kept.node_group[np.maximum(positions, 0)], -1)
         return Groups(
-            tuple(board._group_ids.values),  # type: ignore[arg-type]
-            board._group_gaps,
+            tuple(kept.group_ids.values),  # type: ignore[arg-type]
+            kept.group_gaps,
             mine,
-            tuple(board._group_devices),
+            tuple(kept.group_devices),
             board._fits_empty_by_group,
         )
 
@@ -292,40 +254,15 @@ class Board:
         self._problem = np.zeros(0, dtype=np.int32)  # text id of why the node cannot be used (0: it can)
         self._kind = np.zeros(0, dtype=np.int64)  # node kind id (-1 for none)
         self._signature = np.zeros(0, dtype=np.int64)  # node state signature id (-1 for none)
-        self._levels: list[list[int]] = []
-        self._gaps = np.zeros(GAP_LEVELS + 1, dtype=np.int64)
         self._cpu_total = 0  # allocatable milli-CPU of the usable nodes
-        # The gap histogram split by GPU group (model, mode): see scheduler.core.groups.
-        self._group_ids = Ids()
-        self._group_devices: list[Device] = []
-        self._group_gaps = np.zeros((0, GAP_LEVELS + 1), dtype=np.int64)
-        self._node_group = np.zeros(0, dtype=np.int64)  # per position, -1 without GPUs
-        self._dev_groups: list[list[int]] = []  # per position, the group of each GPU
+        self._histograms = GapHistograms()  # the gap histograms, in all and by GPU group
         self._kind_nodes: dict[int, Node] = {}  # a node of each kind (to fit pods on it empty)
         self._kind_empty: dict[int, NodeState] = {}  # that node, empty (made when first asked)
-        # Each GPU of each node by its device state (kind, oversubscription, usage) as a small
-        # int, 0 for no GPU: GPUs in one state answer every fit question alike, so a request is
-        # worked out once per state (there are far fewer states than GPUs), then per node by
-        # counting with arrays.
+        # Each GPU of each node by its device state id (see DeviceStates), 0 for no GPU: a
+        # request is worked out once per state, then per node by counting with arrays.
         self._devs = np.zeros((0, 0), dtype=np.int32)
-        self._dev_ids = Ids()
-        self._dev_ids.of(None)
-        self._dev_states: list[tuple[Node, Device, DeviceUsage] | None] = [None]
-        # per (fit.state_question, device state id) of MIG and exclusive GPUs: the milli-GPU a
-        # share takes there, or the refusal; requests of one question share it (a new memory
-        # size is a new request, rarely a new question)
-        self._answers: dict[tuple[Hashable, int], int | Refusal] = {}
-        # per device state id: its device kind, then what the MPS and time-slicing rules read
-        # (capacity.usage_row), so that a request is asked of every such state at once
-        self._dev_rows: list[tuple[int, ...]] = [(-1,) + (0,) * (_DEV_COLUMNS - 1)]  # id 0: no device
-        self._dev_array = np.zeros((0, _DEV_COLUMNS), dtype=np.int64)  # the rows above, as far as made
-        self._kind_devices: dict[int, Device] = {}  # a device of each device kind
-        self._hosting: OrderedDict[Hashable, _Hosting] = OrderedDict()
+        self._dev_states = DeviceStates(self._MAX_TABLES)
         self._kinds = Ids()
-        # how many nodes have each (node kind, GPU group), and those pairs as arrays (None:
-        # to be made again): which groups a pod could use is asked once per pair
-        self._kind_groups: Counter[tuple[int, int]] = Counter()
-        self._pairs: tuple[np.ndarray, np.ndarray] | None = None
         self._signatures = Ids()
         self._scores: OrderedDict[Hashable, _ScoreTable] = OrderedDict()
         self._reasons: OrderedDict[Hashable, _ReasonTable] = OrderedDict()
@@ -353,7 +290,7 @@ class Board:
     @property
     def gaps(self) -> np.ndarray:
         """How many GPUs of the cluster have each free share, in hundredths (index 0..100)."""
-        return self._gaps
+        return self._histograms.gaps
 
     def get(self, name: str) -> NodeState | None:
         i = self._index.get(name)
@@ -435,33 +372,20 @@ class Board:
         self._problem = more(self._problem, 0)
         self._kind = more(self._kind, -1)
         self._signature = more(self._signature, -1)
-        self._node_group = more(self._node_group, -1)
         self._devs = np.concatenate([self._devs, np.zeros((extra, self._devs.shape[1]), dtype=np.int32)])
         self._states.extend([None] * extra)
-        self._levels.extend([[] for _ in range(extra)])
-        self._dev_groups.extend([[] for _ in range(extra)])
+        self._histograms.grow(extra)
 
     def _set(self, i: int, state: NodeState | None, problem: str) -> None:
-        pair = (int(self._kind[i]), int(self._node_group[i]))
+        histograms = self._histograms
+        pair = (int(self._kind[i]), int(histograms.node_group[i]))
         self._set_state(i, state, problem)
-        now = (int(self._kind[i]), int(self._node_group[i]))
-        if now == pair:
-            return
-        kind_groups = self._kind_groups
-        if min(pair) >= 0:
-            kind_groups[pair] -= 1
-            if not kind_groups[pair]:
-                del kind_groups[pair]
-                self._pairs = None
-        if min(now) >= 0:
-            kind_groups[now] += 1
-            if kind_groups[now] == 1:
-                self._pairs = None
+        now = (int(self._kind[i]), int(histograms.node_group[i]))
+        if now != pair:
+            histograms.moved(pair, now)
 
     def _set_state(self, i: int, state: NodeState | None, problem: str) -> None:
-        for level, group in zip(self._levels[i], self._dev_groups[i], strict=True):
-            self._gaps[level] -= 1
-            self._group_gaps[group, level] -= 1
+        self._histograms.take(i)
         old = self._states[i]
         if old is not None:
             self._cpu_total -= old.node.cpu_milli
@@ -470,24 +394,14 @@ class Board:
         self._clock += 1
         self._stamp[i] = self._clock
         if state is None:
-            self._levels[i] = []
-            self._dev_groups[i] = []
             self._cpu_free[i] = self._memory_free[i] = self._room[i] = 0
             self._gpu_free[i] = self._gpu_capacity[i] = 0
-            self._kind[i] = self._signature[i] = self._node_group[i] = -1
+            self._kind[i] = self._signature[i] = -1
             self._devs[i] = 0
             return
         self._set_devices(i, state)
-        levels = state.gap_levels()
-        groups = [self._group_of(device) for device in state.node.devices]
-        for level, group in zip(levels, groups, strict=True):
-            self._gaps[level] += 1
-            self._group_gaps[group, level] += 1
-        self._levels[i] = levels
-        self._dev_groups[i] = groups
+        self._histograms.add(i, state)
         self._cpu_total += state.node.cpu_milli
-        own = node_group(state.node)
-        self._node_group[i] = -1 if own is None else self._group_ids.of(own)
         self._cpu_free[i] = state.cpu_free
         self._memory_free[i] = state.memory_free
         self._room[i] = state.node.max_pods - len(state.pods)
@@ -498,46 +412,20 @@ class Board:
         self._kind_nodes.setdefault(kind, state.node)
         self._signature[i] = self._signatures.of(_signature(kind, state))
         slack = self._ID_SLACK
-        if len(self._signatures) > 4 * self._size + slack or len(self._dev_ids) > 4 * self._devs.size + slack:
+        if len(self._signatures) > 4 * self._size + slack or len(self._dev_states) > 4 * self._devs.size + slack:
             self._compact()
-
-    def _group_of(self, device: Device) -> int:
-        """The group id of ``device`` (a new group gets a row of the group histogram)."""
-        ids = self._group_ids
-        known = len(ids)
-        group = ids.of(device_group(device))
-        if group == known:
-            self._group_devices.append(device)
-            self._group_gaps = np.vstack([self._group_gaps, np.zeros((1, GAP_LEVELS + 1), dtype=np.int64)])
-        return group
 
     def _fits_empty_by_group(self, demand: Demand) -> np.ndarray:
         """Per GPU group, whether ``demand`` fits some node of the group that is in the
         cluster, were that node empty."""
-        if self._pairs is None:
-            pairs = sorted(self._kind_groups)
-            self._pairs = (
-                np.array([kind for kind, _ in pairs], dtype=np.int64),
-                np.array([group for _, group in pairs], dtype=np.int64),
-            )
-        kind_of, group_of = self._pairs
-        never = self._never_by_kind(demand, kind_of)
-        out = np.zeros(len(self._group_ids), dtype=bool)
-        out[group_of[never[kind_of] == 0]] = True
-        return out
+        return self._histograms.fits_empty_by_group(lambda kinds: self._never_by_kind(demand, kinds))
 
     def _compact(self) -> None:
         """Number the node signatures and device states again from those in use: states come
         and go with every bind, and the tables of ids would otherwise grow for ever. What was
         worked out per id goes with them."""
         self._signatures = Ids()
-        self._dev_ids = Ids()
-        self._dev_ids.of(None)
-        self._dev_states = [None]
-        self._dev_rows = self._dev_rows[:1]
-        self._dev_array = self._dev_array[:0]
-        self._hosting.clear()
-        self._answers.clear()
+        self._dev_states.clear()
         for table in self._scores.values():
             table.by_signature.clear()
         for i, state in enumerate(self._states):
@@ -554,135 +442,16 @@ class Board:
             self._devs = grown
         row = self._devs[i]
         row[:] = 0
-        ids, states = self._dev_ids, self._dev_states
+        id_of = self._dev_states.id_of
         for g, (device, usage) in enumerate(zip(node.devices, state.usage, strict=True)):
-            key = device_key(node, device, usage)
-            known = len(ids)
-            row[g] = found = ids.of(key)
-            if found == known:
-                states.append((node, device, usage))
-                self._dev_rows.append((device.kind, *usage_row(node, device, usage)))
-                self._kind_devices.setdefault(device.kind, device)
+            row[g] = id_of(node, device, usage)
 
-    def _hosted(self, gpu: GpuRequest, rows: np.ndarray) -> _Hosting:
-        """The :class:`_Hosting` of ``gpu``, worked out for the device states in ``rows``."""
-        table = self._kept(self._hosting, gpu, lambda _size: _Hosting())
-        total = len(self._dev_ids)
-        extra = total - len(table.known)
-        if extra > 0:
-            table.known = np.concatenate([table.known, np.zeros(extra, dtype=bool)])
-            table.allowed = np.concatenate([table.allowed, np.zeros(extra, dtype=bool)])
-            table.hosts = np.concatenate([table.hosts, np.zeros(extra, dtype=bool)])
-            table.took = np.concatenate([table.took, np.zeros(extra, dtype=np.int64)])
-            table.why = np.concatenate([table.why, np.full(extra, _UNKNOWN, dtype=np.int64)])
-            table.free = np.concatenate([table.free, np.full(extra, -1, dtype=np.int64)])
-            table.short = np.concatenate([table.short, np.zeros((2, extra), dtype=np.int64)], axis=1)
-        unknown = ~table.known[rows]
-        if not unknown.any():
-            return table
-        ids = self._hosted_at_once(gpu, table, np.unique(rows[unknown]))
-        questions: dict[int, Hashable | None] = {}  # per device kind
-        answers = self._answers
-        for device_id in ids.tolist():
-            entry = self._dev_states[device_id]
-            assert entry is not None
-            node, device, usage = entry
-            allowed = gpu.allows_model(device.model.name) and gpu.allows_mode(device.mode)
-            table.allowed[device_id] = allowed
-            table.known[device_id] = True
-            if not allowed:  # the pod's selectors rule the GPU out: no capacity question
-                continue
-            if device.kind not in questions:
-                questions[device.kind] = state_question(gpu, device)
-            question = questions[device.kind]
-            answer = answers.get((question, device_id)) if question is not None else None
-            if answer is None:
-                result = device_share(gpu, node, device, usage)
-                answer = result if isinstance(result, Refusal) else share_milli(result)
-                if question is not None:
-                    if len(answers) >= self._MAX_ANSWERS:
-                        answers.clear()
-                    answers[question, device_id] = answer
-            if isinstance(answer, Refusal):
-                table.refusals[device_id] = answer
-            else:
-                table.hosts[device_id] = True
-                table.took[device_id] = answer
-        return table
-
-    def _hosted_at_once(self, gpu: GpuRequest, table: _Hosting, ids: np.ndarray) -> np.ndarray:
-        """Work out ``table`` for the states among ``ids`` that the capacity rules of arrays
-        answer (:meth:`_by_arrays`), every such state at once; the other ids are returned, to
-        be asked one by one."""
-        arrayable = self._by_arrays(gpu, ids)
-        if not arrayable.any():
-            return ids
-        chosen = ids[arrayable]
-        rows, allows, memory, compute = self._state_shares(gpu, chosen)
-        table.known[chosen] = True
-        table.allowed[chosen] = allows
-        table.hosts[chosen] = allows & rows_fit(rows, memory, compute)
-        table.took[chosen] = np.minimum(MILLI, compute)  # the share is exactly what is asked
-        rest: np.ndarray = ids[~arrayable]
-        return rest
+    def _hosted(self, gpu: GpuRequest, rows: np.ndarray) -> Hosting:
+        """What the device states in ``rows`` answer ``gpu`` (see :class:`.devstates.Hosting`)."""
+        return self._dev_states.hosted(gpu, rows)
 
     def _by_arrays(self, gpu: GpuRequest, ids: np.ndarray) -> np.ndarray:
-        """Which of the device states ``ids`` (any shape) the capacity rules of arrays answer
-        for ``gpu`` (:func:`~.capacity.rows_fit`): healthy MPS and time-slicing GPUs, asked for
-        a share or whole GPUs."""
-        if gpu.kind is not GpuKind.SHARE and gpu.kind is not GpuKind.WHOLE:
-            return np.zeros(ids.shape, dtype=bool)
-        arrayable: np.ndarray = self._dev_table()[ids, 1] == 1
-        return arrayable
-
-    def _dev_table(self) -> np.ndarray:
-        """Every device state's row (its device kind, then :func:`~.capacity.usage_row`), by id."""
-        if len(self._dev_array) < len(self._dev_rows):
-            fresh = np.array(self._dev_rows[len(self._dev_array) :], dtype=np.int64)
-            self._dev_array = np.concatenate([self._dev_array, fresh])
-        return self._dev_array
-
-    def _state_shares(self, gpu: GpuRequest, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """For the device states ``ids``: their :func:`~.capacity.usage_row` rows, and per state
-        whether ``gpu``'s selectors allow its GPU and the memory and compute of one share of
-        ``gpu`` on it (worked out once per device kind)."""
-        rows = self._dev_table()[ids]
-        unique, inverse = np.unique(rows[:, 0], return_inverse=True)
-        allowed = np.zeros(len(unique), dtype=bool)
-        shares = np.zeros((2, len(unique)), dtype=np.int64)
-        for k, kind in enumerate(unique.tolist()):
-            device = self._kind_devices[kind]
-            allowed[k] = gpu.allows_model(device.model.name) and gpu.allows_mode(device.mode)
-            shares[:, k] = gpu.share_on(device)
-        return rows[:, 1:], allowed[inverse], shares[0, inverse], shares[1, inverse]
-
-    def _refused_facts(self, gpu: GpuRequest, table: _Hosting, ids: np.ndarray) -> None:
-        """Keep in ``table`` for the device states ``ids`` (allowed, not hosting ``gpu``) the free
-        memory (MiB) their refusals report and, where the rules of arrays answer (MPS and
-        time-slicing states), what is short (:func:`~.capacity.rows_shortages`), all at once
-        from the first rule each breaks; the other states' from :meth:`_refusal`."""
-        free = np.zeros(len(ids), dtype=np.int64)
-        # a few states (a window of nodes moves on) cost less one by one than the arrays' setup
-        arrayable = self._by_arrays(gpu, ids) if len(ids) >= _ARRAYS_FROM else np.zeros(len(ids), dtype=bool)
-        if arrayable.any():
-            rows, _, memory, compute = self._state_shares(gpu, ids[arrayable])
-            rule = rows_refused_rule(rows, memory, compute)
-            free[arrayable] = rows_refused_free(rows, memory, compute, rule)
-            table.short[:, ids[arrayable]] = rows_shortages(rows, memory, compute, rule)
-        for k in np.flatnonzero(~arrayable).tolist():
-            free[k] = self._refusal(gpu, table, int(ids[k])).free_mib
-        table.free[ids] = free
-
-    def _refusal(self, gpu: GpuRequest, table: _Hosting, device_id: int) -> Refusal:
-        """Why the device state ``device_id`` (allowed, not hosting) refuses ``gpu``."""
-        found = table.refusals.get(device_id)
-        if found is None:
-            entry = self._dev_states[device_id]
-            assert entry is not None
-            result = device_share(gpu, *entry)
-            assert isinstance(result, Refusal), (device_id, result)  # the rules of arrays agree with it
-            found = table.refusals[device_id] = result
-        return found
+        return self._dev_states.by_arrays(gpu, ids)
 
     def _gpu_fits(self, gpu: GpuRequest, positions: np.ndarray) -> np.ndarray:
         """Per position, whether ``gpu`` finds enough GPUs (fit's own test, counted with arrays)."""
@@ -710,7 +479,7 @@ class Board:
             ids = np.unique(devices[refused])
             fresh = ids[table.free[ids] < 0]
             if len(fresh):
-                self._refused_facts(gpu, table, fresh)
+                self._dev_states.refused_facts(gpu, table, fresh)
             free = np.where(refused, table.free[devices], -1)
         best = free.argmax(axis=1)  # the first of the most free memory
         lines = np.arange(len(positions))
@@ -735,18 +504,18 @@ class Board:
         return reasons
 
     def _refused_reasons(
-        self, gpu: GpuRequest, table: _Hosting, ids: np.ndarray, at: np.ndarray, columns: np.ndarray
+        self, gpu: GpuRequest, table: Hosting, ids: np.ndarray, at: np.ndarray, columns: np.ndarray
     ) -> tuple[list[str], np.ndarray]:
         """:func:`~.fit.refused_reason` of the refusals of the device states ``ids`` (allowed, not
-        hosting ``gpu``, their facts kept by :meth:`_refused_facts`; 0: none refused) by the
+        hosting ``gpu``, their facts kept by :meth:`.DeviceStates.refused_facts`; 0: none refused) by the
         GPU in column ``columns[k]`` of the node at position ``at[k]``, as texts and each one's
         place among them. Each state's is kept in ``table`` once written: where what is short
-        is known, one text per distinct shortage; the others from :meth:`_refusal`, and those
+        is known, one text per distinct shortage; the others from :meth:`.DeviceStates.refusal`, and those
         whose text names the GPU read per node for the GPU's own index (a state's refusal is
         kept from the first GPU met in it)."""
         known = table.why
         distinct = np.unique(ids)
-        fresh = distinct[known[distinct] == _UNKNOWN]
+        fresh = distinct[known[distinct] == UNKNOWN]
         if len(fresh):
             written: dict[tuple[int, int], int] = {}
             what, need = table.short[:, fresh].tolist()
@@ -757,14 +526,14 @@ class Board:
                         place = written[shortage] = table.whys.of(short_reason(*shortage))
                     known[device_id] = place
                 else:
-                    refusal = self._refusal(gpu, table, device_id)
-                    known[device_id] = _NAMES_GPU if refusal.gpu >= 0 else table.whys.of(refused_reason(refusal))
+                    refusal = self._dev_states.refusal(gpu, table, device_id)
+                    known[device_id] = NAMES_GPU if refusal.gpu >= 0 else table.whys.of(refused_reason(refusal))
         places = known[ids]
         whys = cast(list[str], list(table.whys.values))  # texts only
         told: dict[tuple[int, int], int] = {}
-        for k in np.flatnonzero(places == _NAMES_GPU).tolist():
+        for k in np.flatnonzero(places == NAMES_GPU).tolist():
             device_id = int(ids[k])
-            refusal = self._refusal(gpu, table, device_id).on(
+            refusal = self._dev_states.refusal(gpu, table, device_id).on(
                 self._state(int(at[k])).node.devices[int(columns[k])].index
             )
             found = told.get((device_id, refusal.gpu))
@@ -800,15 +569,7 @@ class Board:
 
     def _kept(self, tables: OrderedDict[Hashable, T], key: Hashable, make: Callable[[int], T]) -> T:
         """The table kept under ``key`` (made if new, the least recently used one dropped)."""
-        table = tables.get(key)
-        if table is None:
-            table = tables[key] = make(self._size)
-            if len(tables) > self._MAX_TABLES:
-                tables.popitem(last=False)
-        else:
-            tables.move_to_end(key)
-            table.grow(self._size)
-        return table
+        return kept(tables, key, make, self._size, self._MAX_TABLES)
 
     def _score_table(self, policy: Policy, demand: Demand, positions: np.ndarray | None) -> _ScoreTable:
         """The score table of (policy, demand), brought up to date on ``positions`` (all known;
@@ -875,7 +636,7 @@ class Board:
         applies: a request for one share of one GPU (or one whole GPU, or one MIG instance), a
         policy that reads neither the gaps nor the pods. A node's score is then that of the
         share that takes the most of its hosting GPUs (the score never falls as a share takes
-        more); what a share takes is known per device state (:class:`_Hosting`). False where
+        more); what a share takes is known per device state (:class:`.devstates.Hosting`). False where
         it does not apply."""
         score_took = capabilities(policy).score_took
         gpu = demand.gpu
@@ -984,15 +745,15 @@ class Board:
         arrayable = self._by_arrays(gpu, placed)
         shares: dict[int, DeviceShare] = {}
         for device_id in placed[~arrayable].tolist():
-            entry = self._dev_states[device_id]
-            assert entry is not None
-            host, device, usage = entry
+            host, device, usage = self._dev_states.entry(device_id)
             shares[device_id] = _share_on(gpu, host, device, usage, False)
         after = None
         if arrayable.any():  # the others: what their states become, as rows (ShareCandidates.after)
             ids = placed[arrayable]
-            usage_rows, _, memory, compute = self._state_shares(gpu, ids)
-            after_rows = np.column_stack([self._dev_table()[ids, 0], rows_add_share(usage_rows, memory, compute)])
+            usage_rows, _, memory, compute = self._dev_states.state_shares(gpu, ids)
+            after_rows = np.column_stack(
+                [self._dev_states.table()[ids, 0], rows_add_share(usage_rows, memory, compute)]
+            )
             after = (ids, after_rows, np.minimum(MILLI, compute))  # share_milli of such a share
         return ShareCandidates(states, rows, node, column, shares, after, self._cpu_free[positions])
 

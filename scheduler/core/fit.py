@@ -26,23 +26,19 @@ from typing import Any
 
 import networkx as nx
 
-from . import mig
-from .allocation import Allocation, DeviceShare, MigSlot
+from . import modes
+from .allocation import Allocation, DeviceShare
 from .capacity import (
-    SHORT_COMPUTE,
-    SHORT_MEMORY,
     DeviceUsage,
     Refusal,
     compute_short_text,
     device_key,
-    percent,
-    refusal,
-    stray_refusal,
     unhealthy,
 )
-from .catalog import MigProfile
 from .inventory import Device, Node, SharingMode
-from .request import MILLI, Demand, GpuKind, GpuRequest
+from .modes.base import Offer
+from .modes.shared import SHORT_COMPUTE, SHORT_MEMORY
+from .request import Demand, GpuKind, GpuRequest
 from .state import NodeState
 
 _MAX_COMBINATIONS = 4096
@@ -58,107 +54,20 @@ class Fit:
         return bool(self.allocations)
 
 
-@dataclass(frozen=True, slots=True)
-class _Share:
-    """A share on one GPU, without the GPU's identity: what :func:`device_share` works out."""
-
-    memory_mib: int
-    compute_milli: int
-    mig: MigSlot | None = None
-    instance_start: int | None = None  # a static MIG instance: the one at this start
-
-
 # Per request, per device key: a request is looked up once per node, not once per GPU.
-_SHARES: dict[GpuRequest, dict[tuple[Any, ...], _Share | Refusal]] = {}
-# Per (device key, covering MIG profiles): a share of a MIG GPU, whatever size of request
-# those profiles cover.
-_COVERED: dict[tuple[tuple[Any, ...], str], _Share | Refusal] = {}
-
-
-def _mig_share(device: Device, usage: DeviceUsage, profiles: list[MigProfile], wanted: str) -> _Share | Refusal:
-    layout = device.model.mig
-    assert layout is not None
-    compute = {p.name: p.compute_slices * MILLI // layout.compute_slices for p in profiles}
-    for profile in profiles:
-        if device.mig_static:
-            used = {(s.profile, s.start) for s in usage.mig}
-            inst = next(
-                (
-                    i
-                    for i in sorted(device.mig_instances, key=lambda i: i.start)
-                    if i.profile.name == profile.name and (profile.name, i.start) not in used
-                ),
-                None,
-            )
-            if inst is not None:
-                return _Share(profile.memory_mib, compute[profile.name], mig.slot_of(profile, inst.start), inst.start)
-            continue
-        start = mig.best_start(layout, usage.mig, profile)
-        if start is not None:
-            return _Share(profile.memory_mib, compute[profile.name], mig.slot_of(profile, start))
-    return Refusal(f"no free MIG slot for {wanted}", max(0, device.memory_mib - usage.memory_mib))
-
-
-def _mig_profiles(gpu: GpuRequest, device: Device) -> tuple[list[MigProfile], str] | str:
-    """The MIG profiles one share of ``gpu`` may take on ``device`` (in MIG mode), in the order
-    they are tried, and their names joined; or why none (the text of the refusal). It depends
-    on the request and the device's kind, not on what the GPU holds."""
-    layout = device.model.mig
-    allowed = device.allowed_profiles()
-    if layout is None or not allowed:
-        return f"GPU {device.index} has no MIG profiles"
-    if gpu.kind is GpuKind.MIG:
-        assert gpu.profile is not None
-        wanted = layout.match(gpu.profile)
-        if wanted is None or wanted not in allowed:
-            return f"no MIG profile {gpu.profile.text} on {device.model.name}"
-        return [wanted], wanted.name
-    if gpu.kind is not GpuKind.SHARE:
-        if SharingMode.MIG not in gpu.sharing:  # listed by the pod: the default (any) does not count
-            return f"GPU {device.index} is partitioned by MIG; whole GPUs need another mode, or sharing listing mig"
-        # whole GPUs taken as MIG instances: one instance per GPU, the largest it offers (on a
-        # static GPU the largest free one; on a dynamic GPU the largest profile, the whole GPU)
-        largest = sorted(allowed, key=lambda p: (-p.memory_slots, -p.compute_slices))
-        if not device.mig_static:
-            largest = largest[:1]
-        return largest, "|".join(p.name for p in largest)
-    memory, compute = gpu.share_on(device)
-    covering = sorted(
-        (p for p in allowed if p.memory_mib >= memory and p.compute_slices * MILLI >= compute * layout.compute_slices),
-        key=lambda p: (p.memory_slots, p.compute_slices),
-    )
-    if not covering:
-        return f"needs {memory} MiB and {percent(compute)} compute, larger than any MIG profile of GPU {device.index}"
-    return covering, "|".join(p.name for p in covering)
+_SHARES: dict[GpuRequest, dict[tuple[Any, ...], Offer | Refusal]] = {}
 
 
 def state_question(gpu: GpuRequest, device: Device) -> tuple[Any, ...] | None:
-    """For a healthy GPU in MIG or exclusive mode: what decides :func:`device_share`'s answer
-    for one share of ``gpu`` beyond the GPU's state (:func:`~.capacity.device_key`): requests
-    with equal questions take the same share of GPUs in equal states, or get the same refusal
-    (read for the GPU at hand: :meth:`~.capacity.Refusal.on`). It depends on the request and
-    the device's kind only. None for the other modes (the rules of arrays answer them) and
-    for an unhealthy GPU."""
+    """For a healthy GPU whose mode keeps answers by question (MIG, exclusive): what decides
+    :func:`device_share`'s answer for one share of ``gpu`` beyond the GPU's state
+    (:func:`~.capacity.device_key`): requests with equal questions take the same share of GPUs
+    in equal states, or get the same refusal (read for the GPU at hand:
+    :meth:`~.capacity.Refusal.on`). It depends on the request and the device's kind only.
+    None for the other modes (the rules of arrays answer them) and for an unhealthy GPU."""
     if not device.healthy:
         return None
-    if device.mode is SharingMode.MIG:
-        found = _mig_profiles(gpu, device)
-        return ("refused", found) if isinstance(found, str) else ("profiles", found[1])
-    if device.mode is not SharingMode.EXCLUSIVE:
-        return None
-    if gpu.kind is GpuKind.MIG:
-        return ("not in MIG mode",)
-    memory, compute = gpu.share_on(device)
-    if memory <= device.memory_mib and compute <= MILLI:
-        return ("whole",) if _taken_whole(gpu, device, memory, compute) else ("part of a GPU",)
-    return ("asks", memory, compute)  # more than the GPU has: the refusal names the amounts
-
-
-def _taken_whole(gpu: GpuRequest, device: Device, memory: int, compute: int) -> bool:
-    """Whether an exclusive GPU takes a share of ``memory`` MiB and ``compute`` milli-GPU of
-    ``gpu`` (no more than it has) as the whole GPU: all of it asked, or sharing listing
-    exclusive; else it refuses part of a GPU."""
-    return (memory, compute) == (device.memory_mib, MILLI) or SharingMode.EXCLUSIVE in gpu.sharing
+    return modes.of(device.mode).question(gpu, device)
 
 
 def mig_question(gpu: GpuRequest, device: Device) -> str | None:
@@ -172,49 +81,10 @@ def mig_question(gpu: GpuRequest, device: Device) -> str | None:
     return question[1] if question is not None and question[0] == "profiles" else None
 
 
-def _work_out(
-    gpu: GpuRequest, node: Node, device: Device, usage: DeviceUsage, key: tuple[Any, ...]
-) -> _Share | Refusal:
-    """The share ``gpu`` gets on ``device`` beside ``usage`` (``key``: the GPU's
-    :func:`~scheduler.core.capacity.device_key`), or why it cannot."""
-    free_mib = max(0, device.memory_mib - usage.memory_mib)
-    if device.mode is SharingMode.MIG:
-        found = _mig_profiles(gpu, device)
-        if isinstance(found, str):
-            return Refusal(found, free_mib, gpu=device.index)
-        profiles, names = found
-        if gpu.kind is GpuKind.MIG:
-            return _mig_share(device, usage, profiles, names)
-        # what the covering profiles find on this GPU does not depend on the request beyond
-        # them: requests of other sizes with the same covering profiles share the answer
-        kept = _COVERED.get((key, names))
-        if kept is None:
-            if len(_COVERED) > _TABLE_LIMIT:
-                _COVERED.clear()
-            kept = _COVERED[key, names] = _mig_share(device, usage, profiles, names)
-        return kept
-    if gpu.kind is GpuKind.MIG:
-        return Refusal(f"GPU {device.index} is not in MIG mode", free_mib, gpu=device.index)
-    memory, compute = gpu.share_on(device)
-    if device.mode is SharingMode.EXCLUSIVE and memory <= device.memory_mib and compute <= MILLI:
-        if not _taken_whole(gpu, device, memory, compute):
-            # Given whole, an exclusive GPU would waste the rest of itself on part of a request:
-            # part of a GPU goes to a shared one, unless the pod accepts a whole GPU instead.
-            return Refusal(
-                f"GPU {device.index} is exclusive: part of a GPU needs a shared GPU, or sharing listing exclusive",
-                free_mib,
-                gpu=device.index,
-            )
-        memory, compute = device.memory_mib, MILLI  # an exclusive GPU is given whole, whatever was asked
-    share = DeviceShare(device.uuid, device.index, device.mode, memory, compute)
-    problem = refusal(node, device, usage, share) or stray_refusal(node, device, usage, share)
-    return _Share(memory, compute) if problem is None else problem
-
-
 _entries = [0]  # answers kept in _SHARES, over every request
 
 
-def _table(gpu: GpuRequest) -> dict[tuple[Any, ...], _Share | Refusal]:
+def _table(gpu: GpuRequest) -> dict[tuple[Any, ...], Offer | Refusal]:
     table = _SHARES.get(gpu)
     if table is None:
         if _entries[0] > _TABLE_LIMIT or len(_SHARES) > _TABLE_LIMIT // 64:
@@ -229,7 +99,7 @@ def device_share(
     node: Node,
     device: Device,
     usage: DeviceUsage,
-    table: dict[tuple[Any, ...], _Share | Refusal] | None = None,
+    table: dict[tuple[Any, ...], Offer | Refusal] | None = None,
 ) -> DeviceShare | Refusal:
     """The share ``gpu`` would get on one device, or why it cannot (``table``: ``gpu``'s, if at hand)."""
     bad = unhealthy(device)
@@ -239,7 +109,7 @@ def device_share(
     key = device_key(node, device, usage)
     found = known.get(key)
     if found is None:
-        found = known[key] = _work_out(gpu, node, device, usage, key)
+        found = known[key] = modes.of(device.mode).offer(gpu, node, device, usage, key)
         _entries[0] += 1
     if isinstance(found, Refusal):
         return found.on(device.index)  # kept from a GPU in the same state, maybe at another index
@@ -311,10 +181,10 @@ def kind_reason(gpu: GpuRequest, node: Node) -> str | None:
         return "node has no GPUs"
     if gpu.models and not any(gpu.allows_model(m) for m in models):
         return f"model {'|'.join(sorted(models))} not in {'|'.join(gpu.models)}"
-    modes = {d.mode for d in node.devices if gpu.allows_model(d.model.name)}
-    if gpu.sharing and not any(gpu.allows_mode(m) for m in modes):
+    present = {d.mode for d in node.devices if gpu.allows_model(d.model.name)}
+    if gpu.sharing and not any(gpu.allows_mode(m) for m in present):
         return f"no GPU in sharing mode {'|'.join(sorted(gpu.sharing))}"
-    if gpu.kind is GpuKind.MIG and SharingMode.MIG not in modes:
+    if gpu.kind is GpuKind.MIG and SharingMode.MIG not in present:
         return "no GPU in MIG mode"
     return None
 

@@ -26,14 +26,13 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 
+from . import modes
 from .allocation import Allocation, DeviceShare
 from .capacity import (
     DeviceUsage,
     add_share,
     device_key,
     free_milli,
-    rows_fit,
-    rows_free_milli,
     share_milli,
     shares_fit,
     usage_row,
@@ -42,6 +41,7 @@ from .errors import RequestError
 from .fit import hosts, mig_question
 from .ids import Ids
 from .inventory import Device, Node, SharingMode
+from .modes.shared import rows_fit, rows_free_milli
 from .quantity import cpu_milli
 from .request import DEFAULT_PREFIX, Demand, GpuKind, GpuRequest, parse_gpu_request
 from .state import NodeState
@@ -386,7 +386,7 @@ class Fragmentation:
         of it at all, and the share's memory and compute; None on MIG and exclusive GPUs."""
         arrays = self._shares.get(device.kind)
         if arrays is None:
-            if device.mode is SharingMode.MIG or device.mode is SharingMode.EXCLUSIVE:
+            if not modes.of(device.mode).arrayable:
                 return None
             selected = np.zeros(len(self._weights), dtype=bool)
             memory = np.zeros(len(self._weights), dtype=np.int64)
@@ -414,7 +414,7 @@ class Fragmentation:
     def _warm(self, placements: Iterable[tuple[NodeState, Allocation]]) -> None:
         devices = self._devices
         pending: dict[tuple[Any, ...], tuple[Node, Device, DeviceUsage]] = {}
-        shared = (SharingMode.MPS, SharingMode.TIME_SLICING)
+        shared = modes.arrayable()
         seen: set[int] = set()
         for state, alloc in placements:
             node = state.node
@@ -463,7 +463,7 @@ class Fragmentation:
         selected, memory, compute = arrays
         fits = rows_fit(tuple(rows.T[:, :, None]), memory, compute)  # [state, shape]
         packed = np.packbits(fits & selected, axis=1, bitorder="little")
-        frees = rows_free_milli(rows, device.mode is SharingMode.MPS).tolist()
+        frees = rows_free_milli(rows, modes.of(device.mode).divides_compute).tolist()
         return [(free, int.from_bytes(row.tobytes(), "little")) for free, row in zip(frees, packed, strict=True)]
 
     def _profiles_after(
@@ -628,7 +628,7 @@ class Fragmentation:
         states, labels = batch.states, batch.labels
         node_of, gpu_of = batch.node.tolist(), batch.gpu.tolist()
         devices = self._devices
-        shared = (SharingMode.MPS, SharingMode.TIME_SLICING)
+        shared = modes.arrayable()
         pending: dict[tuple[Any, ...], tuple[Node, Device, DeviceUsage]] = {}
         # what each candidate GPU becomes: once per label; from the batch's rows where it has them
         placed, first, inverse = np.unique(labels[batch.node, batch.gpu], return_index=True, return_inverse=True)
@@ -762,7 +762,7 @@ class Fragmentation:
         GPUs of those not kept, its device state; the MPS and time-slicing states among them
         not profiled yet are added to ``pending``."""
         devices = self._devices
-        shared = (SharingMode.MPS, SharingMode.TIME_SLICING)
+        shared = modes.arrayable()
         by_state = self._by_state  # self._held of each, inline
         kept = [k if (k := by_state.get(id(state))) is not None and k.state is state else None for state in states]
         before: dict[int, tuple[tuple[Any, ...], Node, Device, DeviceUsage]] = {}

@@ -34,7 +34,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from . import mig
+from . import mig, modes
 from .allocation import MigSlot
 from .catalog import GpuModel, MigProfile, ProfileSpec, lookup_model
 from .errors import InventoryError, RequestError
@@ -206,12 +206,12 @@ def _from_annotation(
             _int(name, raw, "memoryMiB", low=1, where=where) if memory is not None else None,
             _int(name, raw, "smCount", low=1, where=where) if raw.get("smCount") is not None else None,
         )
-        try:
-            mode = SharingMode(raw.get("mode", "exclusive"))
-        except ValueError as exc:
-            raise _problem(
-                name, f"device {index}: mode must be one of {[m.value for m in SharingMode]}, got {raw.get('mode')!r}"
-            ) from exc
+        given = raw.get("mode", "exclusive")
+        found = modes.parse(given) if isinstance(given, str) else None
+        if found is None:
+            accepted = [str(m.name) for m in modes.registered()]
+            raise _problem(name, f"device {index}: mode must be one of {accepted}, got {raw.get('mode')!r}")
+        mode = found
         if model.memory_mib <= 0:
             raise _problem(name, f"device {index}: model {model.name} needs memoryMiB")
         profiles = _list(name, where, raw, "migProfiles", str, DEVICE_KEYS["migProfiles"])

@@ -49,6 +49,7 @@ from typing import Any
 import yaml
 
 from scheduler.core import mig as mig_slots
+from scheduler.core import modes
 from scheduler.core.catalog import lookup_model
 from scheduler.core.errors import QuotaError, RequestError
 from scheduler.core.inventory import DEFAULT_MPS_CLIENTS, Device, MigInstance, Node, SharingMode
@@ -60,7 +61,6 @@ from .errors import TraceError
 from .limits import MAX_INFLATE
 from .model import REPLAY_MODES, Duration, Generator, Shape, SimPod, Trace
 
-MODES = ", ".join(m.value for m in SharingMode)
 DURATIONS = ("fixed", "exponential", "uniform")
 GPU_KEYS = {
     "fraction": "gpu-fraction",
@@ -230,10 +230,10 @@ class _Reader:
             model = lookup_model(model_name, memory)
         except ValueError as exc:
             raise self.fail(raw, f"{field}.model", f"{exc} (give gpus.memory)") from None
-        try:
-            mode = SharingMode(str(raw.get("mode", "exclusive")).strip().lower())
-        except ValueError:
-            raise self.fail(raw, f"{field}.mode", f"{raw.get('mode')!r} (accepted: {MODES})") from None
+        found = modes.parse(str(raw.get("mode", "exclusive")).strip().lower())
+        if found is None:
+            raise self.fail(raw, f"{field}.mode", f"{raw.get('mode')!r} (accepted: {modes.accepted()})")
+        mode = found
         clients = self.integer(raw, "mps_clients", field, DEFAULT_MPS_CLIENTS, 1)
         replicas = self.integer(raw, "replicas", field, 1, 1)
         instances: tuple[tuple[str, int | None], ...] = ()

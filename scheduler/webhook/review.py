@@ -57,8 +57,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from scheduler.backend import Placement
+from scheduler.core import modes
 from scheduler.core.errors import ConfigError, GpusliceError, RequestError
-from scheduler.core.inventory import SharingMode
 from scheduler.core.policies import REGISTRY
 from scheduler.core.request import DEFAULT_PREFIX, OUTPUT_KEYS, GpuKind, GpuRequest, parse_pod
 from scheduler.core.units import pod_units
@@ -350,7 +350,8 @@ def gpu_containers(pod: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, 
 
 
 def _wants_mps_env(gpu: GpuRequest) -> bool:
-    return gpu.kind in (GpuKind.SHARE, GpuKind.WHOLE) and gpu.allows_mode(SharingMode.MPS)
+    shared = (GpuKind.SHARE, GpuKind.WHOLE)
+    return gpu.kind in shared and any(m.control_daemon and gpu.allows_mode(m.name) for m in modes.registered())
 
 
 def wanted_env(gpu: GpuRequest, prefix: str) -> list[dict[str, Any]]:

@@ -9,22 +9,11 @@ import pytest
 
 from scheduler.core.allocation import Allocation, DeviceShare
 from scheduler.core.capacity import (
-    COMPUTE_SHORT,
-    MEMORY_SHORT,
-    SHORT_COMPUTE,
-    SHORT_MEMORY,
-    STRAY_SHORT,
     DeviceUsage,
     Refusal,
     add_share,
     free_milli,
     refusal,
-    rows_add_share,
-    rows_fit,
-    rows_free_milli,
-    rows_refused_free,
-    rows_refused_rule,
-    rows_shortages,
     shares_fit,
     stray_refusal,
     usage_row,
@@ -32,6 +21,19 @@ from scheduler.core.capacity import (
 from scheduler.core.errors import RecordError
 from scheduler.core.fit import fit, refused_reason, short_reason
 from scheduler.core.inventory import SharingMode
+from scheduler.core.modes.shared import (
+    COMPUTE_SHORT,
+    MEMORY_SHORT,
+    SHORT_COMPUTE,
+    SHORT_MEMORY,
+    STRAY_SHORT,
+    rows_add_share,
+    rows_fit,
+    rows_free_milli,
+    rows_refused_free,
+    rows_refused_rule,
+    rows_shortages,
+)
 from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.state import NodeState
 from tests.builders import make_node, make_state

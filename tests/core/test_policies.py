@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from scheduler.core import board as board_module
+from scheduler.core import devstates
 from scheduler.core.board import Board, Status, _share_on
 from scheduler.core.fit import device_share, fit, hosts
 from scheduler.core.fragmentation import TypicalWorkload
@@ -208,7 +208,7 @@ def test_nodes_that_could_not_host_the_pod_even_empty_are_not_asked_about_their_
 
     def counting(self: Board, gpu: GpuRequest, rows: np.ndarray) -> object:
         # the nodes whose GPU states are asked about (one by one or all at once)
-        asked.extend(self._dev_states[i][0].name for i in np.unique(rows).tolist() if i)  # type: ignore[index]
+        asked.extend(self._dev_states.entry(i)[0].name for i in np.unique(rows).tolist() if i)
         return real(self, gpu, rows)
 
     monkeypatch.setattr(Board, "_hosted", counting)
@@ -299,7 +299,7 @@ def test_the_boards_reasons_on_shared_gpus_are_fits_written_once_per_shortage(
     found over arrays (or, for a few states, one by one: both ways here): every failing
     node's reason must be the one fit gives it, for shares of one GPU and of several, each
     kind of shortage must show, and no reason may hold a ``%``."""
-    monkeypatch.setattr(board_module, "_ARRAYS_FROM", arrays_from)
+    monkeypatch.setattr(devstates, "_ARRAYS_FROM", arrays_from)
     states = []
     for k in range(24):
         mode = "mps" if k % 2 else "time-slicing"

@@ -11,15 +11,18 @@ from hypothesis import strategies as st
 
 from scheduler.core import board as board_module
 from scheduler.core import fit as fit_module
+from scheduler.core import modes
 from scheduler.core.allocation import Allocation, DeviceShare, MigSlot, decode_record, encode_record
 from scheduler.core.board import Board, Status, _unique_rows
-from scheduler.core.capacity import Refusal, free
+from scheduler.core.capacity import DeviceUsage, Refusal, free, usage_row
 from scheduler.core.catalog import CATALOG, ProfileSpec
 from scheduler.core.errors import RecordError
 from scheduler.core.fit import device_share, fit, hosts, sharing_share
 from scheduler.core.fragmentation import Fragmentation, Shape, TypicalWorkload
 from scheduler.core.inventory import MigInstance, Node, SharingMode
 from scheduler.core.mig import best_start, slot_of
+from scheduler.core.modes import mig as mig_module
+from scheduler.core.modes.shared import SHORT_MEMORY, rows_fit, rows_refused_free, rows_shortages
 from scheduler.core.policies import REGISTRY, make_policy, options_of
 from scheduler.core.policies.base import ScoringNodes, ScoringTook, ScoringWithoutGpu, capabilities, tell
 from scheduler.core.request import Demand, GpuKind, GpuRequest
@@ -562,7 +565,7 @@ BUSY_NODES = st.lists(
 def _fresh_fit(demand: Demand, state: NodeState) -> str:
     """fit's reason for ``state`` with its tables empty, as if no other node had been asked."""
     fit_module._SHARES.clear()
-    fit_module._COVERED.clear()
+    mig_module._COVERED.clear()
     return fit(demand, state).reason
 
 
@@ -718,3 +721,56 @@ def _shape_of(demand: Demand, cpu: int) -> Shape | None:
     if gpu.memory_mib:
         return Shape(weight=1.0, cpu=f"{cpu}m", gpu_memory=str(gpu.memory_mib))
     return None
+
+
+@st.composite
+def shared_gpus(draw: st.DrawFn) -> tuple[Node, DeviceUsage]:
+    """A node of one MPS or time-slicing GPU (stray memory or none) and what the GPU holds."""
+    device = draw(devices(0).filter(lambda d: d.mode in (SharingMode.MPS, SharingMode.TIME_SLICING)))  # type: ignore[attr-defined]
+    total = device.memory_mib
+    device = replace(device, stray_memory_mib=draw(st.just(0) | st.integers(0, total)))
+    node = Node(
+        "n",
+        64_000,
+        64_000,
+        (device,),
+        30,
+        frozenset(),
+        draw(st.sampled_from([100, 150])),
+        draw(st.sampled_from([100, 200])),
+    )
+    shares = draw(st.integers(0, 7))
+    usage = DeviceUsage(
+        draw(st.integers(0, 2 * total)) if shares else 0,
+        draw(st.integers(0, 1500)) if shares else 0,
+        shares,
+        shares == 1 and draw(st.booleans()),
+    )
+    return node, usage
+
+
+@given(shared_gpus(), st.integers(-1, 150_000), st.integers(-1, 1001), st.booleans())
+def test_one_share_is_the_rules_of_arrays_over_one_row(
+    gpu: tuple[Node, DeviceUsage], memory: int, compute: int, mig: bool
+) -> None:
+    """The mode's refusal of one share (modes.shared: the rules over one row) answers as the
+    rules of arrays over many rows do: whether it fits, the free memory its refusal reports and
+    what it finds short."""
+    node, usage = gpu
+    device = node.devices[0]
+    slot = MigSlot(0, 1, 1, "1g.10gb") if mig else None
+    share = DeviceShare(device.uuid, 0, device.mode, memory, compute, slot)
+    rules = modes.of(device.mode)
+    why = rules.refusal(node, device, usage, share) or rules.stray_refusal(node, device, usage, share)
+    assert rules.why_not(node, device, usage, share) == why  # the two asked at once, as fit asks them
+    rows = np.array([usage_row(node, device, usage)] * 2, dtype=np.int64)  # the state, beside itself
+    m, c = np.array([memory, memory]), np.array([compute, compute])
+    fits = rows_fit(rows, m, c).tolist()
+    assert fits[0] == fits[1]
+    if mig and why is not None and why.text.endswith("is not in MIG mode"):
+        return  # a MIG slot on a GPU outside MIG mode: no share of the rules of arrays
+    assert fits[0] == (why is None), (usage, memory, compute, why)
+    if why is not None:
+        assert rows_refused_free(rows, m, c).tolist()[0] == why.free_mib
+        what, need = rows_shortages(rows, m, c)
+        assert (int(need[0]) if int(what[0]) == SHORT_MEMORY else None) == why.need_mib

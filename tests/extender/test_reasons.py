@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.core.capacity import SHORT_COMPUTE, SHORT_MEMORY
 from scheduler.core.fit import counted_reason, fit, short_reason
+from scheduler.core.modes.shared import SHORT_COMPUTE, SHORT_MEMORY
 from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.state import NodeState
 from tests.builders import make_state

@@ -11,6 +11,7 @@ import random
 import pytest
 
 from scheduler.core import board as board_module
+from scheduler.core import devstates
 from scheduler.core.board import Board, Status
 from scheduler.core.fit import fit
 from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
@@ -273,7 +274,7 @@ def test_board_feasibility_and_scores_equal_plain_fit_and_rank(
     board._ID_SLACK = slack  # 0: signatures and device states numbered again at (nearly) every change
     placed: list[tuple[str, str]] = []
     monkeypatch.setattr(board_module, "_AT_ONCE_FROM", at_once_from)
-    monkeypatch.setattr(board_module, "_ARRAYS_FROM", at_once_from)  # refusals over arrays from one state too
+    monkeypatch.setattr(devstates, "_ARRAYS_FROM", at_once_from)  # refusals over arrays from one state too
     for step in range(150):
         demand = rng.choice(demands)
         policy = rng.choice(policies)
