@@ -24,14 +24,15 @@ are a LOWER bound of its footprint, in a dimension each mode sums per GPU:
 
 What a GPU advertises, :func:`gpu_units`: 100, scaled up by its memory over the reference
 where it has more (an unknown model larger than the catalogue's: memory-named shares are
-counted against the reference), and by the node's time-slicing memory oversubscription on a
-time-slicing GPU (its shares' memory may sum to that much of the GPU). MPS compute
+counted against the reference), and by the memory cap its mode sets over its memory (the
+node's time-slicing memory oversubscription: shares' memory may sum to that much of the GPU). MPS compute
 oversubscription does not matter: MPS is counted by memory, which it never oversubscribes.
 An unhealthy GPU advertises its units too: it still holds its shares.
 """
 
 from __future__ import annotations
 
+from . import modes
 from .catalog import CATALOG
 from .inventory import Device, Node, SharingMode
 from .request import GpuKind, GpuRequest
@@ -76,10 +77,12 @@ def pod_units(gpu: GpuRequest) -> int:
 
 
 def gpu_units(node: Node, device: Device) -> int:
-    """The units one GPU of ``node`` advertises (see the module)."""
+    """The units one GPU of ``node`` advertises (see the module): scaled by the memory its mode
+    lets shares sum to (its memory cap: time-slicing's oversubscription) over its memory."""
     scaled = -(-UNITS_PER_GPU * max(device.memory_mib, REFERENCE_MEMORY_MIB) // REFERENCE_MEMORY_MIB)
-    if device.mode is SharingMode.TIME_SLICING:
-        scaled = -(-scaled * max(100, node.ts_memory_oversub_pct) // 100)
+    memory_cap = modes.of(device.mode).caps(node, device)[0]
+    if device.memory_mib > 0 and memory_cap > device.memory_mib:
+        scaled = -(-scaled * -(-memory_cap * 100 // device.memory_mib) // 100)
     return scaled
 
 
