@@ -229,7 +229,7 @@ def test_a_service_that_cannot_be_reached_is_one_line_and_exit_1() -> None:
 def test_a_cluster_that_cannot_be_reached_is_one_line_and_exit_1() -> None:
     result = runner.invoke(app, ["defrag", "--api-url", "http://127.0.0.1:9"])
     assert result.exit_code == 1
-    assert result.stderr.startswith("gpuslice defrag: cannot reach the cluster: list nodes: ")
+    assert result.stderr.startswith("gpuslice defrag: cannot reach the cluster: list configmaps: ")
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr and result.stdout == ""
 
 
