@@ -283,3 +283,16 @@ def test_an_admitted_pods_record_edited_later_does_not_refuse_the_next_pod(bench
     bench.cluster.backend.put_pod(pod)
     # the agent weighs the first pod as gpuslice bound it (its ledger), so the second fits
     assert bench.admit(second), bench.kubelet.rejected.get(second)
+
+
+def test_a_pod_made_again_under_the_same_name_with_its_predecessors_record_is_refused(bench: Bench) -> None:
+    # The ledger names the pod gpuslice bound by UID: a new pod of the same name (the old one
+    # deleted) that copies its predecessor's record word for word is not the pod it names.
+    key = bench.cluster.create_pod("job", gpu_count="1", sharing="exclusive")
+    bench.cluster.schedule(key)
+    pod = json.loads(json.dumps(bench.cluster.backend.pods()[key]))
+    pod["metadata"]["uid"] = pod_uid("job-again")
+    bench.cluster.backend.put_pod(pod)
+    assert not bench.admit(key)
+    assert (key, "main0") not in bench.kubelet.answers
+    assert f"has no entry for pod {key} (uid {pod_uid('job-again')})" in bench.kubelet.rejected[key]
