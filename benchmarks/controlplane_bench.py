@@ -10,14 +10,17 @@ Each run starts a fresh control plane, creates the nodes (8 GPUs each, the drive
 kinds) and then the pods (the driver's "many" mix: MIG, MPS, time-slicing, whole GPUs,
 CPU-only and pods that fit nowhere) as fast as a pool of clients can, and watches them: pods
 bound per second (bound pods over the time from the first creation to the last bind),
-creation-to-bound latency p50 / p99 (the pod's POST sent to its bind seen on a watch), and the
-extender's peak resident memory. Modes alternate run by run; the table gives medians and ranges.
+creation-to-bound latency p50 / p99 (the pod's POST sent to its bind seen on a watch), the
+extender's peak resident memory and its CPU time per bound pod, and for gpuslice the filter calls
+per bound pod (from its /metrics: above 1 where kube-scheduler asks again about pods it could not
+place). Modes alternate run by run; the table gives medians and ranges.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import ssl
 import statistics
@@ -52,6 +55,20 @@ def peak_rss_mib(pid: int) -> float:
     except OSError:
         pass
     return float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def filter_calls(port: int, keep: Path) -> float:
+    """Filter calls gpuslice answered so far (its /metrics, kept in ``keep``)."""
+    text = httpx.get(f"https://127.0.0.1:{port}/metrics", verify=False, timeout=10).text
+    keep.write_text(text)
+    prefix = 'gpuslice_extender_request_seconds_count{verb="filter"}'
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(prefix))
 
 
 def noop_extender(port: int, tls: Path, api: str, ca: Path, token: str) -> None:
@@ -134,7 +151,12 @@ def run_once(binary: Path, mode: str, args: argparse.Namespace, tls: Path, seed:
             scheduler.pop("extenders")
         token = admin.account_token("gpuslice", "gpuslice")
         plane.start_scheduler(yaml.safe_dump(scheduler), token)
-        return measure(plane, admin, args, rng, extender_pid)
+        got = measure(plane, admin, args, rng, extender_pid)
+        bound = max(got["bound"], 1)
+        got["cpu_ms_per_pod"] = cpu_seconds(extender_pid) * 1000 / bound if extender_pid else float("nan")
+        gpuslice = mode in ("default", "binpack")
+        got["filters_per_pod"] = filter_calls(port, workdir / "metrics.txt") / bound if gpuslice else float("nan")
+        return got
     finally:
         plane.stop("kube-scheduler")
         if service is not None:
@@ -209,7 +231,11 @@ def measure(
 
 
 def table(results: dict[str, list[dict[str, Any]]]) -> str:
-    lines = ["| extender | bound | pods/s | p50 (s) | p99 (s) | peak RSS (MiB) |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| extender | bound | pods/s | p50 (s) | p99 (s) | peak RSS (MiB) | CPU ms a bound pod"
+        " | filter calls a bound pod |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
 
     def cell(runs: list[dict[str, Any]], key: str, fmt: str) -> str:
         values = [r[key] for r in runs]
@@ -218,7 +244,8 @@ def table(results: dict[str, list[dict[str, Any]]]) -> str:
     for mode, runs in results.items():
         lines.append(
             f"| {mode} | {cell(runs, 'bound', '.0f')} | {cell(runs, 'pods_per_s', '.1f')}"
-            f" | {cell(runs, 'p50_s', '.2f')} | {cell(runs, 'p99_s', '.2f')} | {cell(runs, 'rss_mib', '.0f')} |"
+            f" | {cell(runs, 'p50_s', '.2f')} | {cell(runs, 'p99_s', '.2f')} | {cell(runs, 'rss_mib', '.0f')}"
+            f" | {cell(runs, 'cpu_ms_per_pod', '.1f')} | {cell(runs, 'filters_per_pod', '.2f')} |"
         )
     return "\n".join(lines)
 

@@ -4,17 +4,21 @@ Steps, for pod P and node N:
 
 1. GET P. Gone, another uid, or terminal: fail. Already on N with a record: done (idempotent).
 2. Under N's ledger (one lock per node in this process; across replicas, the ledger's
-   compare-and-set): read the ledger and the pods bound to N; drop entries whose pod is
+   compare-and-set): read the ledger (first as this process last wrote or read it, without a
+   call: the compare-and-set refuses a version that changed since, and a conflict or a
+   refusal decided on it reads the ledger again) and the pods bound to N; drop entries whose pod is
    gone, terminal, of another uid, bound elsewhere, or unbound for longer than
    ``stale_allocation_s``; hand ``decide`` the records of the entries kept (the ledger's
    record: a record edited on the pod after its bind does not free the share it holds, and a
    record on a pod the ledger does not hold claims nothing); write the ledger with
    P's entry (phase allocating), guarded by the resourceVersion read. 409 -> re-read and decide again, a bounded number
    of times with jittered, doubling waits.
-3. Merge-patch P's annotations (``record_annotations``, phase allocating).
-4. Create the Binding, with P's uid as precondition and ``bind-phase: bound`` in its
-   annotations, which the API server copies onto the pod as it sets ``spec.nodeName``:
-   phase and node change in one write.
+3. Only where P carries annotations of ours (forged, or an earlier attempt's): merge-patch
+   P's annotations, removing those this record does not set and writing the record (phase
+   allocating); a Binding can add annotations, never remove one.
+4. Create the Binding, with P's uid as precondition and the record and ``bind-phase: bound``
+   in its annotations, which the API server copies onto the pod as it sets
+   ``spec.nodeName``: record, phase and node change in one write.
 5. Mark the entry bound in the ledger (best effort: a live pod on N counts either way).
 
 A failure in 2-3, or a Binding refused with a 4xx, undoes what was written (the ledger
@@ -136,19 +140,29 @@ class Binder:
             refused = self._quotas.admit(pod, reserved, stamp, admit)
             if refused is not None:
                 return BindResult(error=f"{refused}; {self._undo(pod, node, None)}")
-        annotations = record_annotations(reserved, self._options.prefix, ALLOCATING, stamp)
-        # Keys of ours that this allocation does not set (forged, or left by an earlier attempt) go.
-        stale_keys = {self._options.prefix + k: None for k in POD_OUTPUT_KEYS}
-        try:
-            self._api.patch_pod(pod.namespace, pod.name, {"metadata": {"annotations": {**stale_keys, **annotations}}})
-        except KubeError as exc:
-            undone = self._undo(pod, node, annotations)
-            return BindResult(error=f"writing the allocation record of {pod.key} failed ({exc}); {undone}")
+        prefix = self._options.prefix
+        annotations = record_annotations(reserved, prefix, ALLOCATING, stamp)
+        # A pod that carries annotations of ours (forged, or an earlier attempt's) is patched
+        # first: those this record does not set must go, and a Binding's annotations are added
+        # to the pod's, never removed. Else the record travels in the Binding alone (one call;
+        # record, phase and node in one write).
+        present = self._annotations(live)
+        written: Mapping[str, str] | None = None
+        if any(prefix + k in present for k in POD_OUTPUT_KEYS):
+            stale_keys = {prefix + k: None for k in POD_OUTPUT_KEYS}
+            try:
+                self._api.patch_pod(
+                    pod.namespace, pod.name, {"metadata": {"annotations": {**stale_keys, **annotations}}}
+                )
+            except KubeError as exc:
+                undone = self._undo(pod, node, annotations)
+                return BindResult(error=f"writing the allocation record of {pod.key} failed ({exc}); {undone}")
+            written = annotations
 
         try:
-            self._api.bind_pod(pod.namespace, pod.name, self._binding(pod, node))
+            self._api.bind_pod(pod.namespace, pod.name, self._binding(pod, node, annotations))
         except KubeError as exc:
-            outcome = self._binding_outcome(pod, node, exc, annotations)
+            outcome = self._binding_outcome(pod, node, exc, written)
             if outcome != "bound":
                 return BindResult(error=f"binding {pod.key} to {node} failed ({exc}); {outcome}")
             log.info(
@@ -189,11 +203,12 @@ class Binder:
             return BindResult(error=f"pod {pod.key} is bound to {node} but its record is for {alloc.node}")
         return BindResult(allocation=alloc)
 
-    def _binding(self, pod: PodRef, node: str) -> dict[str, Any]:
+    def _binding(self, pod: PodRef, node: str, annotations: Mapping[str, str]) -> dict[str, Any]:
+        """The Binding; the API server copies its annotations onto the pod as it sets the node."""
         meta: dict[str, Any] = {
             "name": pod.name,
             "namespace": pod.namespace,
-            "annotations": {self._options.prefix + "bind-phase": BOUND},
+            "annotations": {**annotations, self._options.prefix + "bind-phase": BOUND},
         }
         if pod.uid:
             meta["uid"] = pod.uid  # the API server refuses the Binding if the pod was recreated meanwhile
@@ -211,12 +226,13 @@ class Binder:
         attempts = self._options.conflict_retries
         with self._node_lock(node):
             for attempt in range(attempts):
-                ledger = self._ledgers.read(node)
-                entries, records = self._current(ledger, node, pod.key)
-                try:
-                    outcome = decide(records)
-                except GpusliceError as exc:
-                    outcome = str(exc)
+                # First as this process last wrote it (no call); a conflict, or a "no" decided on
+                # that version (a share freed elsewhere since would not show in it), reads it
+                # again from the API server.
+                remembered = self._ledgers.known(node)  # a failed write forgets it
+                ledger, entries, outcome = self._decide(remembered or self._ledgers.read(node), pod, decide)
+                if isinstance(outcome, str) and remembered is not None:
+                    ledger, entries, outcome = self._decide(self._ledgers.read(node), pod, decide)
                 if isinstance(outcome, str):
                     return f"no share for {pod.key} on {node}: {outcome}"
                 if outcome.node != node:
@@ -240,6 +256,15 @@ class Binder:
                     )
                 self._pause(attempt)
         return f"the ledger of node {node} changed under {attempts} attempts in a row; try again"
+
+    def _decide(self, ledger: Ledger, pod: PodRef, decide: Decide) -> tuple[Ledger, dict[str, Entry], Allocation | str]:
+        """``decide`` against ``ledger``: the ledger, the entries still valid, and the
+        allocation or why not."""
+        entries, records = self._current(ledger, ledger.node, pod.key)
+        try:
+            return ledger, entries, decide(records)
+        except GpusliceError as exc:
+            return ledger, entries, str(exc)
 
     def _pause(self, attempt: int) -> None:
         limit = min(self._options.conflict_backoff_s * 2**attempt, 1.0)
@@ -434,7 +459,7 @@ class Binder:
 
     # ------------------------------------------------------------ after the Binding call
 
-    def _binding_outcome(self, pod: PodRef, node: str, exc: KubeError, annotations: Mapping[str, str]) -> str:
+    def _binding_outcome(self, pod: PodRef, node: str, exc: KubeError, annotations: Mapping[str, str] | None) -> str:
         """``bound`` if the pod is on the node after all; otherwise what was done about the reservation."""
         try:
             live = self._api.get_pod(pod.namespace, pod.name)
@@ -457,7 +482,7 @@ class Binder:
         problem = f"{self._options.conflict_retries} conflicting writes"
         for attempt in range(self._options.conflict_retries):
             try:
-                ledger = self._ledgers.read(node)
+                ledger = self._ledgers.known(node) or self._ledgers.read(node)  # a failed write forgets it
                 entry = ledger.entries.get(pod.key)
                 if entry is None or entry.uid != pod.uid or entry.phase == BOUND:
                     return

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from scheduler.core.pods import ALLOCATING, BOUND
 
 from .api import KubeApi
-from .errors import ApiProtocolError, NotFoundError
+from .errors import ApiProtocolError, ConflictError, KubeError, NotFoundError
 
 log = logging.getLogger("gpuslice.kube.ledger")
 
@@ -107,32 +108,70 @@ def ledger_configmap(namespace: str, prefix: str, node: str, entries: Mapping[st
 
 
 class LedgerStore:
-    """Reads and compare-and-sets node ledgers in one namespace."""
+    """Reads and compare-and-sets node ledgers in one namespace.
+
+    It remembers the last version of each ledger it read or wrote (:meth:`known`), so a caller can
+    decide on it without a call. That is safe because every write is a
+    compare-and-set on the version read: a remembered ledger that another writer (a replica, the
+    sweep of another process, an operator) changed since is refused with a conflict, and the
+    caller reads it again from the API server; a caller whose decision on a remembered version
+    is "no" must read it again too (the share may have been freed elsewhere). In the common
+    case (one replica binding, each node's binds serialised by its lock) a bind then reads no
+    ledger at all."""
 
     def __init__(self, api: KubeApi, namespace: str, prefix: str) -> None:
         self._api = api
         self.namespace = namespace
         self._prefix = prefix
+        self._known: dict[str, Ledger] = {}  # node -> the last version read or written here
+        self._lock = threading.Lock()
+
+    def known(self, node: str) -> Ledger | None:
+        """The version of the node's ledger last read or written here, if any (no call)."""
+        with self._lock:
+            return self._known.get(node)
 
     def read(self, node: str) -> Ledger:
+        """The node's ledger as the API server has it now."""
         try:
             obj = self._api.get_configmap(self.namespace, ledger_name(node))
         except NotFoundError:
-            return Ledger(node, None, {})
+            return self._remember(Ledger(node, None, {}))
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if not isinstance(rv, str) or not rv:
             # Without it the write could not be a compare-and-set.
             raise ApiProtocolError("get configmaps", f"ledger {ledger_name(node)} has no metadata.resourceVersion")
         data = obj.get("data") or {}
-        return Ledger(node, rv, decode_entries(node, data.get("ledger") if isinstance(data, dict) else None))
+        entries = decode_entries(node, data.get("ledger") if isinstance(data, dict) else None)
+        return self._remember(Ledger(node, rv, entries))
 
     def write(self, ledger: Ledger, entries: Mapping[str, Entry]) -> Ledger:
-        """Replace the ledger if it is still as read (else :class:`ConflictError`); create it if it was absent."""
+        """Replace the ledger if it is still as read (else :class:`ConflictError`, also where it
+        was deleted since); create it if it was absent."""
         body = ledger_configmap(self.namespace, self._prefix, ledger.node, entries)
-        if ledger.resource_version is None:
-            obj = self._api.create_configmap(self.namespace, body)
-        else:
-            body["metadata"]["resourceVersion"] = ledger.resource_version
-            obj = self._api.replace_configmap(self.namespace, ledger_name(ledger.node), body)
+        try:
+            if ledger.resource_version is None:
+                obj = self._api.create_configmap(self.namespace, body)
+            else:
+                body["metadata"]["resourceVersion"] = ledger.resource_version
+                obj = self._api.replace_configmap(self.namespace, ledger_name(ledger.node), body)
+        except NotFoundError as exc:
+            self.forget(ledger.node)
+            raise ConflictError(exc.call, 409, "Conflict", f"ledger {ledger_name(ledger.node)} was deleted") from exc
+        except KubeError:
+            self.forget(ledger.node)  # changed under us, or unknown: read it again next time
+            raise
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-        return replace(ledger, resource_version=rv, entries=dict(entries))
+        return self._remember(replace(ledger, resource_version=rv or None, entries=dict(entries)))
+
+    def forget(self, node: str) -> None:
+        with self._lock:
+            self._known.pop(node, None)
+
+    def _remember(self, ledger: Ledger) -> Ledger:
+        with self._lock:
+            if ledger.resource_version is None and ledger.entries:
+                self._known.pop(ledger.node, None)  # written without a version to compare: never reused
+            else:
+                self._known[ledger.node] = ledger
+        return ledger

@@ -41,6 +41,15 @@ def record_keys(apiserver: FakeApiServer, name: str) -> set[str]:
     return {k for k in annotations(apiserver, name) if k.startswith(PREFIX) and k != PREFIX + "gpu-memory"}
 
 
+def leftover(apiserver: FakeApiServer, name: str) -> None:
+    """Give the pod an annotation of ours no record sets (forged, or left by an older version):
+    its bind then patches the pod before the Binding."""
+    live = apiserver.pod("default", name)
+    assert live is not None
+    live["metadata"].setdefault("annotations", {})[PREFIX + "bound-at"] = "2024-01-01T00:00:00Z"
+    apiserver.put_pod(live)
+
+
 def setup_pods(apiserver: FakeApiServer, *names: str, gpus: int = 1) -> dict[str, Any]:
     node = apiserver.put_node(gpu_node("n1", gpus=gpus))
     for name in names:
@@ -81,6 +90,75 @@ def test_bind_writes_ledger_record_and_binding(apiserver: FakeApiServer, make_ba
     }
     cm = apiserver.configmap(LEDGER_NS, "gpuslice-node-n1")
     assert cm is not None and cm["metadata"]["annotations"] == {PREFIX + "node": "n1"}
+
+
+def test_a_bind_writes_the_pod_once_and_reads_no_ledger_it_wrote(apiserver: FakeApiServer, make_backend: Make) -> None:
+    # The record travels in the Binding (the API server copies its annotations onto the pod as it
+    # sets the node); the node's ledger is decided on as this process last wrote it.
+    node = setup_pods(apiserver, "a", "b")
+    backend = make_backend()
+    assert bind(backend, apiserver, node, "a").error == ""
+    reads = apiserver.count("get", "configmaps")
+    assert bind(backend, apiserver, node, "b").error == ""
+    assert apiserver.count("get", "configmaps") == reads  # b's bind: no ledger read
+    assert apiserver.count("patch", "pods") == 0
+    assert apiserver.count("create", "pods/binding") == 2
+    assert set(ledger(apiserver)) == {"default/a", "default/b"}
+    assert {e["phase"] for e in ledger(apiserver).values()} == {"bound"}
+    assert record_keys(apiserver, "b") == {
+        PREFIX + k for k in ("allocation", "bind-phase", "visible-devices", "mps-memory-limit", "mps-thread-percentage")
+    }
+
+
+def test_annotations_of_ours_on_the_pod_are_patched_away_before_the_binding(
+    apiserver: FakeApiServer, make_backend: Make
+) -> None:
+    node = setup_pods(apiserver, "a")
+    leftover(apiserver, "a")
+    assert bind(make_backend(), apiserver, node, "a").error == ""
+    assert apiserver.count("patch", "pods") == 1
+    assert PREFIX + "bound-at" not in annotations(apiserver, "a")
+    assert annotations(apiserver, "a")[PREFIX + "bind-phase"] == "bound"
+
+
+def test_a_ledger_another_writer_changed_is_read_again(apiserver: FakeApiServer, make_backend: Make) -> None:
+    # Two replicas: what one wrote, the other's remembered version lacks; the compare-and-set
+    # refuses the stale version and the bind decides again on the ledger as it is.
+    node = setup_pods(apiserver, "a", "b", "c", "d", "e")
+    first, second = make_backend(), make_backend()
+    for name in "ab":
+        assert bind(first, apiserver, node, name).error == ""
+    assert bind(second, apiserver, node, "c").error == ""  # second remembers a, b, c
+    assert bind(first, apiserver, node, "d").error == ""  # first's a, b is stale: re-read, a-d
+    seen: list[Sequence[tuple[str, str]]] = []
+    assert "more than is free" in bind(second, apiserver, node, "e", seen).error  # full: a-d hold the GPU
+    assert [k for k, _ in seen[-1]] == ["default/a", "default/b", "default/c", "default/d"]
+    assert set(ledger(apiserver)) == {"default/a", "default/b", "default/c", "default/d"}
+
+
+def test_a_no_decided_on_a_remembered_ledger_is_asked_again_of_the_api_server(
+    apiserver: FakeApiServer, make_backend: Make
+) -> None:
+    # Another replica's sweep dropped an entry: the share is free, though the remembered ledger
+    # still holds it; a refusal is never given on a version that may be out of date.
+    node = setup_pods(apiserver, "a", "b", "c", "d", "e")
+    backend, other = make_backend(), make_backend()
+    for name in "abcd":
+        assert bind(backend, apiserver, node, name).error == ""
+    apiserver.delete_pod("default", "a")
+    assert other.sweep().entries_dropped == 1
+    seen: list[Sequence[tuple[str, str]]] = []
+    assert bind(backend, apiserver, node, "e", seen).error == ""
+    assert len(seen) == 2 and [k for k, _ in seen[-1]] == ["default/b", "default/c", "default/d"]
+
+
+def test_a_remembered_ledger_deleted_since_is_made_again(apiserver: FakeApiServer, make_backend: Make) -> None:
+    node = setup_pods(apiserver, "a", "b")
+    backend = make_backend()
+    assert bind(backend, apiserver, node, "a").error == ""
+    apiserver.delete_configmap(LEDGER_NS, "gpuslice-node-n1")  # an operator's mistake: a's bind is forgotten
+    assert bind(backend, apiserver, node, "b").error == ""  # the replace finds none: read again, created
+    assert set(ledger(apiserver)) == {"default/b"}
 
 
 def test_a_repeated_bind_returns_the_same_allocation_without_allocating_again(
@@ -160,11 +238,12 @@ def test_a_refused_binding_rolls_back_record_and_ledger_entry(
 
 def test_a_failed_record_patch_removes_the_ledger_entry(apiserver: FakeApiServer, make_backend: Make) -> None:
     node = setup_pods(apiserver, "a")
+    leftover(apiserver, "a")
     apiserver.fault("patch", "pods", status=500)
     result = bind(make_backend(), apiserver, node, "a")
     assert "writing the allocation record of default/a failed" in result.error
     assert "rolled back" in result.error
-    assert ledger(apiserver) == {} and record_keys(apiserver, "a") == set()
+    assert ledger(apiserver) == {} and record_keys(apiserver, "a") == {PREFIX + "bound-at"}
     assert apiserver.count("create", "pods/binding") == 0
 
 
@@ -203,6 +282,7 @@ def test_a_reservation_unbound_for_too_long_is_dropped(
     apiserver: FakeApiServer, make_backend: Make, clock: FakeClock
 ) -> None:
     node = setup_pods(apiserver, "a", "b", "c", "d", "late")
+    leftover(apiserver, "a")  # so the record is written on the pod before its Binding
     backend = make_backend()  # stale_allocation_s=60
     apiserver.fault("create", "pods/binding", status=503)
     bind(backend, apiserver, node, "a")
@@ -280,7 +360,7 @@ def test_the_ledger_not_the_pods_says_what_gpuslice_bound(apiserver: FakeApiServ
     apiserver.delete_configmap(LEDGER_NS, "gpuslice-node-n1")
     seen.clear()
     assert bind(backend, apiserver, node, "e", seen).error == ""
-    assert seen[0] == []  # the records left on a-d vouch for nothing
+    assert seen[-1] == []  # the records left on a-d vouch for nothing (seen[0]: as remembered)
 
 
 def test_a_corrupt_ledger_is_started_afresh(apiserver: FakeApiServer, make_backend: Make) -> None:
@@ -293,7 +373,7 @@ def test_a_corrupt_ledger_is_started_afresh(apiserver: FakeApiServer, make_backe
     apiserver.put_configmap(cm)
     seen: list[Sequence[tuple[str, str]]] = []
     assert bind(backend, apiserver, node, "b", seen).error == ""
-    assert seen[0] == []  # what the ledger held is lost with it: a's record on its pod vouches for nothing
+    assert seen[-1] == []  # what the ledger held is lost with it: a's record on its pod vouches for nothing
     assert set(ledger(apiserver)) == {"default/b"}
 
 
@@ -301,6 +381,7 @@ def test_dropping_a_stale_reservation_leaves_a_newer_attempts_record_alone(
     apiserver: FakeApiServer, make_backend: Make, clock: FakeClock
 ) -> None:
     node = setup_pods(apiserver, "a", "late")
+    leftover(apiserver, "a")  # so the record is written on the pod before its Binding
     apiserver.put_node(gpu_node("n2"))
     backend = make_backend()
     apiserver.fault("create", "pods/binding", status=503, times=2)

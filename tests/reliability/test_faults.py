@@ -56,6 +56,16 @@ def bind(replica: Replica, pod: dict[str, Any], node: str) -> str:
     return replica.client.bind(pod, node)
 
 
+def leftover(api: CountingApiServer, name: str) -> None:
+    """Give the pod an annotation of ours no record sets (forged, or left by an older version):
+    its bind then patches the record onto the pod before the Binding (else the record travels
+    in the Binding alone)."""
+    live = api.pod("default", name)
+    assert live is not None
+    live["metadata"].setdefault("annotations", {})[PREFIX + "bound-at"] = "2024-01-01T00:00:00Z"
+    api.put_pod(live)
+
+
 def record(api: CountingApiServer, name: str) -> str | None:
     live = api.pod("default", name)
     assert live is not None
@@ -102,6 +112,7 @@ def test_conflicts_on_every_write_fail_binds_cleanly(api: CountingApiServer, clo
 
 def test_a_5xx_on_the_record_patch_rolls_back(api: CountingApiServer, clock: FakeClock, replicas: Make) -> None:
     pods = cluster(api, 2)
+    leftover(api, "p00")
     replica = replicas()
     api.fault("patch", "pods", status=500)
     error = bind(replica, pods[0], "n1")
@@ -117,6 +128,7 @@ def test_a_record_patch_that_times_out_and_lands_after_its_undo_is_swept(
     # Regression: the patch times out (1 s), the bind undoes (ledger entry, annotations), then the
     # delayed patch lands: a record on an unbound pod that no bind would ever come back to clean.
     pods = cluster(api, 1)
+    leftover(api, "p00")
     replica = replicas(request_timeout_s=1.0)
     api.fault("patch", "pods", name="p00", delay_s=1.6, status=None)
     error = bind(replica, pods[0], "n1")
@@ -194,11 +206,11 @@ def test_a_node_deleted_while_a_bind_is_in_flight(api: CountingApiServer, clock:
     node = api.node("n1")
     for pod in pods:
         known(replica, pod)
-    api.fault("patch", "pods", name="p00", delay_s=0.8, status=None)
+    api.fault("create", "pods/binding", name="p00", delay_s=0.8, status=None)
     outcome: list[str] = []
     thread = threading.Thread(target=lambda: outcome.append(bind(replica, pods[0], "n1")))
     thread.start()
-    wait_for(lambda: ("patch", "pods", "p00") in api.requests, "the bind to reach its record patch")
+    wait_for(lambda: ("create", "pods/binding", "p00") in api.requests, "the bind to reach its Binding")
     api.delete_node("n1")
     thread.join(timeout=10)
     # The Binding names a node that is gone: the API server accepts it (the pod garbage collector
@@ -224,13 +236,13 @@ def test_a_pod_deleted_between_filter_and_bind(api: CountingApiServer, clock: Fa
     error = replica.client.bind(pods[0], "n1")
     assert "default/p00 does not exist" in error
     assert ledger_keys(api, "n1") == set()
-    # deleted while the bind is in flight (between the ledger write and the record patch)
-    api.fault("patch", "pods", name="p01", delay_s=0.5, status=None)
+    # deleted while the bind is in flight (between the ledger write and the Binding)
+    api.fault("create", "pods/binding", name="p01", delay_s=0.5, status=None)
     known(replica, pods[1])
     outcome: list[str] = []
     thread = threading.Thread(target=lambda: outcome.append(bind(replica, pods[1], "n1")))
     thread.start()
-    wait_for(lambda: ("patch", "pods", "p01") in api.requests, "the bind to reach its record patch")
+    wait_for(lambda: ("create", "pods/binding", "p01") in api.requests, "the bind to reach its Binding")
     api.delete_pod("default", "p01")
     thread.join(timeout=10)
     assert "HTTP 404" in outcome[0] and "rolled back" in outcome[0]
@@ -242,6 +254,7 @@ def test_the_sweep_leaves_binds_in_progress_alone_and_skips_settled_ledgers(
     api: CountingApiServer, clock: FakeClock, replicas: Make
 ) -> None:
     pods = cluster(api, 3)
+    leftover(api, "p01")  # so its record is patched onto it before the Binding
     replica = replicas()
     assert bind(replica, pods[0], "n1") == ""  # settled: bound, ledger entry marked bound
     api.fault("create", "pods/binding", status=503)  # p01 keeps its reservation and its record
