@@ -195,6 +195,15 @@ class Board:
     def filter(self, policy: Policy, demand: Demand, positions: np.ndarray | None = None) -> Outcomes:
         """Per position (all nodes if None; ``-1`` for a node unknown here): fits, or why not."""
         positions = self.everyone() if positions is None else positions
+        before = self._columns.texts.values
+        outcomes = self._outcomes(policy, demand, positions)
+        if outcomes.texts is not before:
+            # the texts started afresh during the call (see .texts): the reasons worked out
+            # before are ids of the old list, so all are worked out again in the new one
+            outcomes = self._outcomes(policy, demand, positions)
+        return outcomes
+
+    def _outcomes(self, policy: Policy, demand: Demand, positions: np.ndarray) -> Outcomes:
         scores, table = self._scores.raw(policy, demand, positions)
         status = np.zeros(len(positions), dtype=np.int8)
         reason = np.zeros(len(positions), dtype=np.int32)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core.board import Board, Status
+from scheduler.core.allocation import Allocation
+from scheduler.core.board import UNKNOWN_NODE, Board, Status
 from scheduler.core.policies import make_policy
 from scheduler.core.request import Demand, GpuRequest
 from scheduler.core.texts import Texts
@@ -44,3 +45,23 @@ def test_a_node_keeps_its_problem_when_the_texts_start_afresh(monkeypatch: pytes
         "bad": "no report from the agent",
         "worse": "report 9 is stale",
     }
+
+
+def test_a_filter_during_which_the_texts_start_afresh_answers_in_the_new_texts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reasons name numbers, so every pod of a new size can add a text; the call that takes the
+    texts past their bound had already worked out some reasons (the problem of a node that
+    cannot be used, first) as ids of the old list."""
+    monkeypatch.setattr(Texts, "MAX", 4)
+    busy = make_state(name="busy", gpus=0, cpu_milli=8000)
+    busy = busy.apply("p", Allocation("busy", (), 6000, 0))
+    board = Board([busy])
+    board.put_problem("bad", "no report from the agent")
+    policy = make_policy("binpack")
+    for cpu in range(3000, 3010):  # one new text a call: the texts start afresh every few calls
+        outcomes = board.filter(policy, Demand(cpu, 0, GpuRequest()), board.positions(["busy", "bad", "gone"]))
+        assert outcomes.status.tolist() == [Status.UNSCHEDULABLE, Status.UNRESOLVABLE, Status.UNSCHEDULABLE]
+        assert [outcomes.texts[r] for r in outcomes.reason.tolist()] == [
+            f"insufficient cpu: needs {cpu}m",
+            "no report from the agent",
+            UNKNOWN_NODE,
+        ]
