@@ -65,7 +65,7 @@ class Hosting:
         self.refusals: dict[int, Refusal] = {}  # why, of the device states that refuse (as asked)
         # a refusing state's fit.refused_reason, as its place in whys (id 0, none refused:
         # "no GPU matches"); UNKNOWN: not asked yet; NAMES_GPU: its text names the GPU, so
-        # it is read per node (see Board._refused_reasons)
+        # it is read per node (see reasons.Reasons._refused)
         self.whys = Ids()
         self.whys.of(refused_reason(None))
         self.why = np.zeros(1, dtype=np.int64)

@@ -8,7 +8,7 @@ from unittest.mock import patch
 import numpy as np
 import pytest
 
-from scheduler.core import board as board_module
+from scheduler.core import nodescores
 from scheduler.core.board import Board
 from scheduler.core.fit import fit
 from scheduler.core.fragmentation import OnlineWorkload, Shape, TypicalWorkload, workload_of
@@ -265,7 +265,7 @@ def test_the_board_scores_shares_on_shared_gpus_at_once_as_one_by_one_with_stran
     demand = Demand(2_000, 0, GpuRequest(GpuKind.SHARE, 1, fraction_milli=600))
 
     def scores(chosen: FgdCpu, at_once_from: int) -> list[float]:
-        with patch.object(board_module, "_AT_ONCE_FROM", at_once_from):
+        with patch.object(nodescores, "_AT_ONCE_FROM", at_once_from):
             return list(Board(states).scores(chosen, demand).tolist())
 
     at_once = scores(policy, 1)

@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from scheduler.core import devstates
-from scheduler.core.board import Board, Status, _share_on
+from scheduler.core.board import Board, Status
+from scheduler.core.devstates import DeviceStates, Hosting
 from scheduler.core.fit import device_share, fit, hosts
 from scheduler.core.fragmentation import TypicalWorkload
 from scheduler.core.inventory import Node, SharingMode
+from scheduler.core.nodescores import share_on
 from scheduler.core.policies import REGISTRY, make_policy
 from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.select import evaluate, rank
@@ -204,14 +206,14 @@ def test_nodes_that_could_not_host_the_pod_even_empty_are_not_asked_about_their_
     states[0] = states[0].apply("x", fit(share(300), states[0]).allocations[0])
     board = Board(states)
     asked: list[str] = []
-    real = Board._hosted
+    real = DeviceStates.hosted
 
-    def counting(self: Board, gpu: GpuRequest, rows: np.ndarray) -> object:
+    def counting(self: DeviceStates, gpu: GpuRequest, rows: np.ndarray) -> Hosting:
         # the nodes whose GPU states are asked about (one by one or all at once)
-        asked.extend(self._dev_states.entry(i)[0].name for i in np.unique(rows).tolist() if i)
+        asked.extend(self.entry(i)[0].name for i in np.unique(rows).tolist() if i)
         return real(self, gpu, rows)
 
-    monkeypatch.setattr(Board, "_hosted", counting)
+    monkeypatch.setattr(DeviceStates, "hosted", counting)
     policy = make_policy("binpack")
     # 16 GPUs: more than any node has; 100 GiB on one GPU: more than any GPU has; an A30: none here
     for gpu in (
@@ -261,7 +263,7 @@ def test_the_share_of_a_whole_gpu_the_board_places_is_the_one_fit_gives(mode: st
         for by_arrays in (False, True):
             if hosts(whole, node, device, usage):
                 hosting += 1
-                assert _share_on(whole, node, device, usage, by_arrays) == device_share(whole, node, device, usage)
+                assert share_on(whole, node, device, usage, by_arrays) == device_share(whole, node, device, usage)
     assert hosting == 2 * (4 if mode == "exclusive" else 3)
 
 

@@ -9,11 +9,10 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.core import board as board_module
 from scheduler.core import fit as fit_module
-from scheduler.core import modes
+from scheduler.core import modes, nodescores
 from scheduler.core.allocation import Allocation, DeviceShare, MigSlot, decode_record, encode_record
-from scheduler.core.board import Board, Status, _unique_rows
+from scheduler.core.board import Board, Status
 from scheduler.core.capacity import DeviceUsage, Refusal, free, usage_row
 from scheduler.core.catalog import CATALOG, ProfileSpec
 from scheduler.core.errors import RecordError
@@ -25,6 +24,7 @@ from scheduler.core.modes import mig as mig_module
 from scheduler.core.modes.shared import SHORT_MEMORY, rows_fit, rows_refused_free, rows_shortages
 from scheduler.core.policies import REGISTRY, make_policy, options_of
 from scheduler.core.policies.base import ScoringNodes, ScoringTook, ScoringWithoutGpu, capabilities, tell
+from scheduler.core.reasons import unique_rows
 from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.select import evaluate, firsts, score_firsts
 from scheduler.core.state import NodeState, rebuild
@@ -531,7 +531,7 @@ def test_the_boards_distinct_rows_are_numpys(rows: list[list[int]]) -> None:
     """The board groups nodes by (kind, device states) with one sort of the columns; it must
     answer exactly as np.unique over rows (the distinct rows, first occurrences, places)."""
     array = np.array(rows, dtype=np.int64).reshape(-1, 3)
-    unique, first, inverse = _unique_rows(array)
+    unique, first, inverse = unique_rows(array)
     want_unique, want_first, want_inverse = np.unique(array, axis=0, return_index=True, return_inverse=True)
     assert unique.tolist() == want_unique.tolist()
     assert first.tolist() == want_first.tolist()
@@ -697,7 +697,7 @@ def test_the_board_scores_many_nodes_at_once_as_one_by_one(
     # shared by the two boards would be asked by the second in another state than by the first
     policy, twin = make_policy(name), make_policy(name)
     at_once, one_by_one = Board(states), Board(states)
-    with patch.object(board_module, "_AT_ONCE_FROM", 1):  # the tests' clusters are small
+    with patch.object(nodescores, "_AT_ONCE_FROM", 1):  # the tests' clusters are small
         for k, demand in enumerate(asked):
             tell(policy, demand)
             tell(twin, demand)

@@ -10,8 +10,7 @@ import random
 
 import pytest
 
-from scheduler.core import board as board_module
-from scheduler.core import devstates
+from scheduler.core import devstates, nodescores
 from scheduler.core.board import Board, Status
 from scheduler.core.fit import fit
 from scheduler.core.fragmentation import Fragmentation, TypicalWorkload
@@ -271,9 +270,9 @@ def test_board_feasibility_and_scores_equal_plain_fit_and_rank(
     policies = [make_policy(n) for n in sorted(REGISTRY) if n != "random"]
     order = {s.node.name: i for i, s in enumerate(states)}
     board = Board(states, order)
-    board._ID_SLACK = slack  # 0: signatures and device states numbered again at (nearly) every change
+    board._columns.id_slack = slack  # 0: signatures and device states numbered again at (nearly) every change
     placed: list[tuple[str, str]] = []
-    monkeypatch.setattr(board_module, "_AT_ONCE_FROM", at_once_from)
+    monkeypatch.setattr(nodescores, "_AT_ONCE_FROM", at_once_from)
     monkeypatch.setattr(devstates, "_ARRAYS_FROM", at_once_from)  # refusals over arrays from one state too
     for step in range(150):
         demand = rng.choice(demands)
