@@ -4,15 +4,18 @@ Steps, for pod P and node N:
 
 1. GET P. Gone, another uid, or terminal: fail. Already on N with a record: done (idempotent).
 2. Under N's ledger (one lock per node in this process; across replicas, the ledger's
-   compare-and-set): read the ledger (first as this process last wrote or read it, without a
-   call: the compare-and-set refuses a version that changed since, and a conflict or a
-   refusal decided on it reads the ledger again) and the pods bound to N; drop entries whose pod is
-   gone, terminal, of another uid, bound elsewhere, or unbound for longer than
-   ``stale_allocation_s``; hand ``decide`` the records of the entries kept (the ledger's
-   record: a record edited on the pod after its bind does not free the share it holds, and a
-   record on a pod the ledger does not hold claims nothing); write the ledger with
-   P's entry (phase allocating), guarded by the resourceVersion read. 409 -> re-read and decide again, a bounded number
-   of times with jittered, doubling waits.
+   compare-and-set): decide on the ledger as this process last wrote or read it, every entry
+   kept, without a call. Where none is remembered, or that decision is "no" (a share freed
+   elsewhere since would not show in it), read the ledger and the pods bound to N, and drop
+   entries whose pod is gone, terminal, of another uid, bound elsewhere, or unbound for
+   longer than ``stale_allocation_s``. ``decide`` gets the records of the entries kept (the
+   ledger's record: a record edited on the pod after its bind does not free the share it
+   holds, and a record on a pod the ledger does not hold claims nothing). Write the ledger
+   with P's entry (phase allocating), guarded by the resourceVersion the decision was made
+   on: a version changed since is refused (409; a remembered one is forgotten), and the
+   ledger is read and decided on again, a bounded number of times with jittered, doubling
+   waits. An entry of a pod gone since stays until such a read or the sweep drops it: a share
+   held a little longer, never one given twice.
 3. Only where P carries annotations of ours (forged, or an earlier attempt's): merge-patch
    P's annotations, removing those this record does not set and writing the record (phase
    allocating); a Binding can add annotations, never remove one.
@@ -230,9 +233,10 @@ class Binder:
                 # that version (a share freed elsewhere since would not show in it), reads it
                 # again from the API server.
                 remembered = self._ledgers.known(node)  # a failed write forgets it
-                ledger, entries, outcome = self._decide(remembered or self._ledgers.read(node), pod, decide)
-                if isinstance(outcome, str) and remembered is not None:
-                    ledger, entries, outcome = self._decide(self._ledgers.read(node), pod, decide)
+                if remembered is not None:
+                    ledger, entries, outcome = self._decide(remembered, pod, decide, remembered=True)
+                if remembered is None or isinstance(outcome, str):
+                    ledger, entries, outcome = self._decide(self._ledgers.read(node), pod, decide, remembered=False)
                 if isinstance(outcome, str):
                     return f"no share for {pod.key} on {node}: {outcome}"
                 if outcome.node != node:
@@ -257,10 +261,19 @@ class Binder:
                 self._pause(attempt)
         return f"the ledger of node {node} changed under {attempts} attempts in a row; try again"
 
-    def _decide(self, ledger: Ledger, pod: PodRef, decide: Decide) -> tuple[Ledger, dict[str, Entry], Allocation | str]:
-        """``decide`` against ``ledger``: the ledger, the entries still valid, and the
-        allocation or why not."""
-        entries, records = self._current(ledger, ledger.node, pod.key)
+    def _decide(
+        self, ledger: Ledger, pod: PodRef, decide: Decide, remembered: bool
+    ) -> tuple[Ledger, dict[str, Entry], Allocation | str]:
+        """``decide`` against ``ledger``: the ledger, the entries it keeps, and the allocation or
+        why not. A ``remembered`` ledger keeps every entry (no call: an entry of a pod gone since
+        holds its share a little longer, which is safe, and a "no" it causes reads the ledger
+        again); else entries of pods gone, ended or stale are dropped (the pods on the node
+        listed)."""
+        if remembered:
+            entries = {k: e for k, e in ledger.entries.items() if k != pod.key}
+            records = sorted((k, e.record) for k, e in entries.items())
+        else:
+            entries, records = self._current(ledger, ledger.node, pod.key)
         try:
             return ledger, entries, decide(records)
         except GpusliceError as exc:

@@ -161,6 +161,23 @@ def test_a_remembered_ledger_deleted_since_is_made_again(apiserver: FakeApiServe
     assert set(ledger(apiserver)) == {"default/b"}
 
 
+def test_an_entry_of_a_pod_gone_since_holds_its_share_until_a_read_or_the_sweep_drops_it(
+    apiserver: FakeApiServer, make_backend: Make
+) -> None:
+    node = setup_pods(apiserver, "a", "b", "c")
+    backend = make_backend()
+    for name in "ab":
+        assert bind(backend, apiserver, node, name).error == ""
+    apiserver.delete_pod("default", "a")
+    lists = apiserver.count("list", "pods")
+    seen: list[Sequence[tuple[str, str]]] = []
+    assert bind(backend, apiserver, node, "c", seen).error == ""  # room left beside a and b: no call to check
+    assert apiserver.count("list", "pods") == lists and [k for k, _ in seen[-1]] == ["default/a", "default/b"]
+    assert set(ledger(apiserver)) == {"default/a", "default/b", "default/c"}
+    assert backend.sweep().entries_dropped == 1
+    assert set(ledger(apiserver)) == {"default/b", "default/c"}
+
+
 def test_a_repeated_bind_returns_the_same_allocation_without_allocating_again(
     apiserver: FakeApiServer, make_backend: Make
 ) -> None:
@@ -393,7 +410,8 @@ def test_dropping_a_stale_reservation_leaves_a_newer_attempts_record_alone(
     on_n2 = annotations(apiserver, "a")[PREFIX + "allocation"]
     assert json.loads(on_n2)["node"] == "n2"
     clock.advance(31)  # n1's entry is 61 s old, n2's 31 s
-    assert bind(backend, apiserver, node, "late").error == ""
+    assert bind(backend, apiserver, node, "late").error == ""  # beside n1's stale entry: room left
+    backend.sweep()
     assert "default/a" not in ledger(apiserver, "n1")
     assert annotations(apiserver, "a")[PREFIX + "allocation"] == on_n2
     assert ledger(apiserver, "n2")["default/a"]["record"] == on_n2
