@@ -123,12 +123,13 @@ def test_a_bind_decides_under_the_cache_lock(tmp_path: Path, monkeypatch: pytest
 
 
 def test_policies_are_told_of_new_pods_under_the_cache_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Being told of a pod changes a policy (fgd-reserve re-estimates its workload): never while
-    a bind decides with it in a worker thread."""
+    """Being told of a pod changes what a policy learned (fgd-reserve re-estimates its
+    workload): never while a bind decides with it in a worker thread. (The service's ``tell``
+    is watched, whatever the policy: binpack here, which learns nothing.)"""
     a = k8s_pod("a", gpu_fraction="0.5")
     extender, _ = served(tmp_path, a)
     seen: list[bool] = []
-    monkeypatch.setattr(extender.policy, "observe", lambda demand: seen.append(held_here(extender.cache.lock)), False)
+    monkeypatch.setattr(service, "tell", lambda policy, demand: seen.append(held_here(extender.cache.lock)))
     passes(extender, a)
     assert seen == [True]
 
