@@ -115,7 +115,7 @@ def test_stranding_stands_down_as_the_mix_asks_for_all_the_cpu() -> None:
     reserve = policy()
     reserve.learned.observe(whole())
     reserve.learned.observe(Demand(15_000, 0))
-    assert reserve.kappa(view) == pytest.approx(1.0)
+    assert reserve.learned.kappa(view) == pytest.approx(1.0)
     version = reserve.learned.version
     # a node with 500 milli-CPU left beside its two idle GPUs strands S = 2000 - 500 = 1500
     squeezed = NodeState(states[0].node, states[0].usage, 31_500)

@@ -305,9 +305,6 @@ class FgdReserve(FgdCpu):
             return self.options.balance_weight
         return self.options.balance_weight * departures.factor(self.learned.flow)
 
-    def kappa(self, cluster: Cluster) -> float:
-        return self.learned.kappa(cluster)
-
     # ------------------------------------------------------------ reservation
 
     def _mig(self, groups: Groups) -> np.ndarray:
