@@ -23,7 +23,7 @@ import time
 from scheduler.core.board import Board
 from scheduler.core.catalog import CATALOG, ProfileSpec
 from scheduler.core.inventory import Device, Node, SharingMode
-from scheduler.core.policies import make_policy
+from scheduler.core.policies import make_policy, tell
 from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.select import rank
 from scheduler.core.state import NodeState
@@ -100,12 +100,10 @@ def main() -> None:
         for shape in SHAPES:  # warm every shape once, as a running extender would be
             board.scores(policy, shape)
         times = []
-        observe = getattr(policy, "observe", None)  # told of each pod at first sight, as the extender does
         for k in range(args.pods):
             shape = SHAPES[k % len(SHAPES)]
             t = time.perf_counter()
-            if observe is not None:
-                observe(shape)
+            tell(policy, shape)  # told of each pod at first sight, as the extender does
             placement = board.best(policy, shape)
             times.append((time.perf_counter() - t) * 1000)
             if placement is not None:

@@ -12,7 +12,7 @@ from scheduler.core.capacity import device_key
 from scheduler.core.catalog import CATALOG, GpuModel
 from scheduler.core.fragmentation import ShareCandidates
 from scheduler.core.inventory import Device, MigInstance, Node, SharingMode
-from scheduler.core.policies.base import CAPABILITIES, Policy, capabilities, tell, version
+from scheduler.core.policies.base import CAPABILITIES, Policy, capabilities
 from scheduler.core.request import DEFAULT_PREFIX
 from scheduler.core.state import NodeState
 
@@ -120,14 +120,16 @@ def without(policy: Policy, *dropped: type[Any]) -> Policy:
     bases = type(policy).__mro__
     keep = tuple(p for p in CAPABILITIES.values() if p in bases and p not in dropped)
     parts: dict[str, Any] = {"name": f"{policy.name}-without", "score": lambda self, *a: policy.score(*a)}
+    learning = capabilities(policy).learning
     for attribute, protocol in CAPABILITIES.items():
         if protocol not in keep:
             continue
         if attribute == "reads":
             parts["reads"] = capabilities(policy).reads
-        elif attribute == "observe":
-            parts["version"] = property(lambda self: version(policy))
-            parts["observe"] = lambda self, demand: tell(policy, demand)
+        elif attribute == "learned" and learning is not None:  # what it learned; the same policy over another
+            parts["learned"] = property(lambda self: learning.learned)
+            parts["memos"] = learning.memos
+            parts["over"] = lambda self, learned: without(learning.over(learned), *dropped)
         else:
             parts[attribute] = (lambda name: lambda self, *a: getattr(policy, name)(*a))(attribute)
     made: Policy = type("Without", keep, parts)()

@@ -18,6 +18,7 @@ F = sum_g free[g] * (1 - P(bits[g] & feasible)), with P(mask) the popularity of 
 
 from __future__ import annotations
 
+import copy
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -181,6 +182,12 @@ class OnlineWorkload:
         self._count = 0
         self._next = first
         self._learned = False
+
+    def copy(self) -> OnlineWorkload:
+        """A copy that counts on apart (the estimates are never changed, only replaced)."""
+        copied = copy.copy(self)
+        copied.seen = Counter(self.seen)
+        return copied
 
     def observe(self, demand: Demand) -> bool:
         """Count one pod; True when a new estimate was adopted."""

@@ -177,10 +177,15 @@ def gap_histogram(states: Iterable[NodeState]) -> np.ndarray:
 
 def finish(policy: Policy, demand: Demand, scores: np.ndarray, cluster: Any) -> np.ndarray:
     """Raw scores (``-inf`` where the pod does not fit) through the policy's cluster-wide
-    ``adjust``, then its ``normalize`` over the nodes that fit."""
+    ``adjust``, then its ``normalize`` over the nodes that fit. A policy that learns has its
+    learned object follow the cluster as the call sees it first (``follow``): learning happens
+    there, and ``adjust`` only reads."""
     can = capabilities(policy)
+    view = Declared(cluster, can.reads, policy.name)
+    if can.learning is not None:
+        can.learning.learned.follow(demand, view)
     if can.adjust is not None:
-        scores = can.adjust.adjust(demand, scores, Declared(cluster, can.reads, policy.name))
+        scores = can.adjust.adjust(demand, scores, view)
     if can.normalize is not None:
         fits = scores > -np.inf
         if fits.any():

@@ -26,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
 from scheduler import logs
-from scheduler.core.policies import fork
+from scheduler.core.policies import over_a_copy
 
 from . import wire
 from .defrag import plan_cluster, plan_json
@@ -282,8 +282,8 @@ def defrag_plan(extender: Extender) -> dict[str, Any]:
     """``/debug/defrag``: the plan for the cluster as the service sees it, with its settings."""
     settings = extender.config.defrag
     options = settings.options()
-    with extender.cache.lock:  # the serving policy is copied whole, not half-way through a call
-        serving = fork(extender.policy)
+    with extender.cache.lock:  # what the serving policy learned is copied whole, not half-way through a call
+        serving = over_a_copy(extender.policy)
     found, inputs = plan_cluster(extender.cache, extender.config, settings.namespaces, options, serving)
     return plan_json(found, inputs, settings.namespaces, options)
 

@@ -82,18 +82,16 @@ def plan_cluster(
     config: ServeConfig,
     namespaces: Collection[str],
     options: PlanOptions,
-    forked: Policy | None = None,
+    serving: Policy | None = None,
 ) -> tuple[Plan, Inputs]:
-    """The plan for the cache's cluster, asking ``forked``: a copy of the serving policy
-    (:func:`~scheduler.core.policies.base.fork`, with what it learned), never the serving
-    instance itself: planning asks the policy about clusters that are not the live one, and a
-    policy that follows the cluster from call to call (fgd-reserve's departures rule) would take
-    them for it. Without one (``gpuslice defrag``, which serves nothing), an instance of
-    ``config``'s policy told of every pod the cache holds, as a serving policy is of the pods it
-    sees."""
+    """The plan for the cache's cluster, asking ``serving``: the serving policy over a copy of
+    what it learned (:func:`~scheduler.core.policies.base.over_a_copy`), so that the clusters
+    planning asks about never reach the serving learned object. Without one (``gpuslice
+    defrag``, which serves nothing), ``config``'s policy told of every pod the cache holds, as
+    a serving policy is of the pods it sees."""
     inputs = gather(cache, config.prefix, namespaces)
-    if forked is not None:
-        policy = forked
+    if serving is not None:
+        policy = serving
     else:
         policy = config.make_policy()
         for demand in inputs.seen:

@@ -14,11 +14,10 @@ A move: its pods are evicted (their shares released); the pending pod it is for 
 controllers would, keeping their departure times, and placed where the policy puts them. One
 that fits nowhere waits like a pending pod, and if it still fits nowhere at the next run it is
 lost (``lost``, apart from the pods turned away). Every pod may move (the simulated workload
-stands for Deployments); the planner plans with the run's node ranks and a copy of the run's
-policy (:func:`~scheduler.core.policies.base.fork`) made at each run, with what it has learned:
-planning asks the policy about clusters that are not the replay's, and a policy that follows the
-cluster from call to call (fgd-reserve's departures rule) would take them for it and place the
-replay's pods differently. Its predicted landings are where the replay places the pods (seeds 1-4
+stands for Deployments); the planner plans with the run's node ranks and the run's policy over
+a copy of what it has learned (:func:`~scheduler.core.policies.base.over_a_copy`), made at each
+run: the clusters it asks about are not the replay's, and the replay's own learned object
+never follows them. Its predicted landings are where the replay places the pods (seeds 1-4
 of both timed scenarios, 4 evictions a run: no evicted pod was lost).
 """
 
@@ -30,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from scheduler.core.defrag import Mover, PlanOptions, Waiting, plan
 from scheduler.core.errors import ConfigError
-from scheduler.core.policies import fork
+from scheduler.core.policies import over_a_copy
 
 from .model import SimPod
 
@@ -123,7 +122,8 @@ class Defragmenter:
         if self.spec.budget > 0:
             pending = [Waiting(w.pod.name, w.pod.demand) for w in self.waiting]
             movers = [Mover(name, pod.demand) for name, pod in run.running.items()]
-            found = plan(run.board.states, pending, movers, fork(run.policy), run.measure, self.options, self.order)
+            asked = over_a_copy(run.policy)  # the replay's learned object never sees the plan's clusters
+            found = plan(run.board.states, pending, movers, asked, run.measure, self.options, self.order)
             for move in found.moves:
                 self._carry_out(move.evict, move.admits, time)
             self._retry()  # a move may have made room for another waiting pod too

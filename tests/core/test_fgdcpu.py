@@ -104,14 +104,14 @@ def test_placements_within_half_a_point_tie() -> None:
 
 def test_workload_is_learned_online_and_bumps_the_version() -> None:
     policy = FgdCpu(FgdCpuOptions())
-    assert policy.version == 0
+    assert policy.learned.version == 0
     for _ in range(3):
-        policy.observe(WHOLE_12_CORES)
-    assert policy.version == 0  # the first estimate comes at 4 pods
-    policy.observe(WHOLE_12_CORES)
-    assert policy.version == 1
+        policy.learned.observe(WHOLE_12_CORES)
+    assert policy.learned.version == 0  # the first estimate comes at 4 pods
+    policy.learned.observe(WHOLE_12_CORES)
+    assert policy.learned.version == 1
     assert [d for d, _ in policy.fragmentation.workload.shapes] == [WHOLE_12_CORES]
-    assert policy.ratio == pytest.approx(1 / 12)
+    assert policy.learned.ratio == pytest.approx(1 / 12)
 
 
 def test_online_workload_adopts_a_new_estimate_only_when_the_mix_moves() -> None:
@@ -144,7 +144,7 @@ def test_simulator_does_not_hand_fgd_cpu_the_whole_trace_workload() -> None:
     assert fgd.fragmentation.workload is trace_wide  # type: ignore[attr-defined]
     policy = build_policy("fgd-cpu", 42, trace_wide)
     assert isinstance(policy, FgdCpu)
-    assert policy.online is not None and policy.online.workload is DEFAULT_WORKLOAD
+    assert policy.learned.online is not None and policy.learned.online.workload is DEFAULT_WORKLOAD
     assert policy.fragmentation.workload is DEFAULT_WORKLOAD
 
 
@@ -160,9 +160,9 @@ def test_cost_after_a_pod_without_gpus_is_worked_out_in_full(used_cpu: int) -> N
     gpu_free = sum(free for free, _ in frag.profiles(state))
 
     def stranded(cpu_free: int) -> float:  # S_n by hand: the GPU the typical mix could not use
-        return max(0.0, gpu_free - policy.ratio * cpu_free)
+        return max(0.0, gpu_free - policy.learned.ratio * cpu_free)
 
-    assert policy.ratio > 0
+    assert policy.learned.ratio > 0
     levels = set()
     for cpu_request in range(0, state.cpu_free + 1, 1_000):
         found = fit(Demand(cpu_request, 0, GpuRequest(GpuKind.NONE, 0)), state)
@@ -189,8 +189,8 @@ def test_costs_kept_for_a_placement_follow_a_new_estimate() -> None:
     first = learner._costs(state, alloc)
     for policy in (learner, fresh):
         for _ in range(4):
-            policy.observe(half)  # the first estimate: every pod asks for half a GPU
-    assert learner.version == fresh.version == 1
+            policy.learned.observe(half)  # the first estimate: every pod asks for half a GPU
+    assert learner.learned.version == fresh.learned.version == 1
     again = learner._costs(state, alloc)
     assert again == fresh._costs(state, alloc)
     assert again != first  # the new mix prices the placement otherwise

@@ -12,10 +12,10 @@ from scheduler.core.board import Board
 from scheduler.core.catalog import ProfileSpec
 from scheduler.core.fit import fit
 from scheduler.core.fragmentation import Shape
-from scheduler.core.policies import make_policy
+from scheduler.core.policies import make_policy, tell
 from scheduler.core.policies.fgdreserve import FgdReserve, FgdReserveOptions
 from scheduler.core.request import Demand, GpuKind, GpuRequest
-from scheduler.core.select import Gaps, gap_histogram, rank
+from scheduler.core.select import Gaps, finish, gap_histogram, rank
 from scheduler.core.state import NodeState
 from tests.builders import make_state
 
@@ -62,8 +62,8 @@ def test_a_flexible_pod_leaves_the_group_pinned_pods_will_fill() -> None:
     # fits, no CPU stranded). On T4 it pays 4 x 1 x 1000 milli-GPU x 50 / 2000 = 100 points:
     # 50 - 100 = -50, squashed to 1 / (2 - (-50)) = 1/52. On L4: 50.
     reserve = policy()
-    reserve.observe(whole(("T4",)))
-    reserve.observe(whole())
+    reserve.learned.observe(whole(("T4",)))
+    reserve.learned.observe(whole())
     board = Board(cluster(), {"t4": 0, "l4": 1})
     scores = board.scores(reserve, whole())
     assert scores.tolist() == pytest.approx([1 / 52, 50.0])
@@ -78,8 +78,8 @@ def test_a_flexible_pod_leaves_the_group_pinned_pods_will_fill() -> None:
 def test_a_pinned_pod_pays_the_same_wherever_it_may_go() -> None:
     # The pinned pod itself fits T4 only: L4 is -inf, and T4 keeps a finite score (it still wins).
     reserve = policy()
-    reserve.observe(whole(("T4",)))
-    reserve.observe(whole())
+    reserve.learned.observe(whole(("T4",)))
+    reserve.learned.observe(whole())
     board = Board(cluster())
     scores = board.scores(reserve, whole(("T4",)))
     assert scores[1] == -np.inf and scores[0] > -np.inf
@@ -91,16 +91,16 @@ def test_no_price_while_pinned_demand_leaves_room() -> None:
     # One pinned pod and five flexible: V = 6000; pinned load on T4 1000 -> 1/6 of V on 1/2 of
     # the free GPU: rho = 1/3, below the start 0.5: no price, fgd-cpu's scores unchanged.
     reserve = policy()
-    reserve.observe(whole(("T4",)))
+    reserve.learned.observe(whole(("T4",)))
     for _ in range(5):
-        reserve.observe(whole())
+        reserve.learned.observe(whole())
     assert Board(cluster()).scores(reserve, whole()).tolist() == [50.0, 50.0]
 
 
 def test_the_board_and_the_plain_answer_see_the_same_groups() -> None:
     reserve = policy()
-    reserve.observe(whole(("T4",)))
-    reserve.observe(whole())
+    reserve.learned.observe(whole(("T4",)))
+    reserve.learned.observe(whole())
     states = cluster()
     ranked = {p.node: p.score for p in rank(reserve, whole(), states).placements}
     assert [ranked["t4"], ranked["l4"]] == pytest.approx(Board(states).scores(reserve, whole()).tolist())
@@ -113,30 +113,32 @@ def test_stranding_stands_down_as_the_mix_asks_for_all_the_cpu() -> None:
     states = cluster()
     view = Gaps(gap_histogram(states), np.full((2, 2), -1), states, states)
     reserve = policy()
-    reserve.observe(whole())
-    reserve.observe(Demand(15_000, 0))
-    assert reserve.kappa(view) == pytest.approx(1.0)
-    version = reserve.version
+    reserve.learned.observe(whole())
+    reserve.learned.observe(Demand(15_000, 0))
+    assert reserve.learned.kappa(view) == pytest.approx(1.0)
+    version = reserve.learned.version
     # a node with 500 milli-CPU left beside its two idle GPUs strands S = 2000 - 500 = 1500
     squeezed = NodeState(states[0].node, states[0].usage, 31_500)
     cpu_pod = fit(Demand(100, 0), squeezed).allocations[0]
     kept = reserve._costs(squeezed, cpu_pod)
     reserve.adjust(whole(), np.array([50.0, 50.0]), view)
+    assert reserve.stranding_weight == 4.0  # adjust only reads: kappa is worked out as the learned object follows
+    finish(reserve, whole(), np.array([50.0, 50.0]), view)
     assert reserve.stranding_weight == pytest.approx(2.0)
-    assert reserve.version == version + 1  # cached scores of the old weight are not reused
+    assert reserve.learned.version == version + 1  # cached scores of the old weight are not reused
     # nor the costs kept for a placement: C before falls by (4 - 2) x 1500
     assert reserve._costs(squeezed, cpu_pod)[0] == pytest.approx(kept[0] - 2.0 * 1500)
     # kappa 1.2 or more: no stranding at all; 0.9 or less: the full weight
     more = policy()
-    more.observe(whole())
-    more.observe(Demand(18_200, 0))  # 19200 / 1000 x 0.0625 = 1.2
-    more.adjust(whole(), np.array([50.0, 50.0]), view)
+    more.learned.observe(whole())
+    more.learned.observe(Demand(18_200, 0))  # 19200 / 1000 x 0.0625 = 1.2
+    finish(more, whole(), np.array([50.0, 50.0]), view)
     assert more.stranding_weight == 0.0
     light = policy()
-    light.observe(whole())
-    light.observe(Demand(13_000, 0))  # 14000 / 1000 x 0.0625 = 0.875
-    light.adjust(whole(), np.array([50.0, 50.0]), view)
-    assert light.stranding_weight == 4.0 and light.version == 0
+    light.learned.observe(whole())
+    light.learned.observe(Demand(13_000, 0))  # 14000 / 1000 x 0.0625 = 0.875
+    finish(light, whole(), np.array([50.0, 50.0]), view)
+    assert light.stranding_weight == 4.0 and light.learned.version == 0
 
 
 def test_options_are_checked() -> None:
@@ -155,7 +157,7 @@ def test_the_balance_stands_down_as_pods_leave() -> None:
 
     def seen(*levels: int) -> None:
         gaps = np.bincount(np.array(levels), minlength=101)
-        reserve.adjust(whole(), np.array([50.0]), Gaps(gaps, np.full((2, 1), -1)))
+        finish(reserve, whole(), np.array([50.0]), Gaps(gaps, np.full((2, 1), -1)))
 
     seen(100, 100, 100, 100)
     assert reserve.balance_weight == 75.0
@@ -196,7 +198,7 @@ def test_a_pod_pays_only_for_classes_more_constrained_than_its_own() -> None:
     ]
     reserve = policy(workload=HALF, balance_weight=0.0, stranding_weight=0.0)
     for demand in (seven(), half(), whole(), whole()):
-        reserve.observe(demand)
+        reserve.learned.observe(demand)
     board = Board(states)
     scores = board.scores(reserve, half())
     assert scores.tolist() == pytest.approx([39 - 50 / 7, 50.0, -np.inf])
@@ -223,8 +225,8 @@ def test_the_balance_leaves_mig_gpus_out() -> None:
     states = [mig, make_state(name="mps", gpus=2, mode="mps", cpu_milli=32_000)]
     plain = make_policy("fgd-cpu", {"workload": QUARTER, "learn": False, "stranding_weight": 0.0})
     reserve = policy(workload=QUARTER, reserve_weight=0.0, stranding_weight=0.0)
-    plain.observe(quarter())  # type: ignore[attr-defined]
-    reserve.observe(quarter())
+    tell(plain, quarter())
+    reserve.learned.observe(quarter())
     assert Board(states).scores(plain, quarter()).tolist() == [50.0, 0.0]
     assert Board(states).scores(reserve, quarter()).tolist() == [25.0, 25.0]
 
@@ -232,8 +234,8 @@ def test_the_balance_leaves_mig_gpus_out() -> None:
 def balance_only() -> FgdReserve:
     """fgd-reserve with only its balance (workload a quarter GPU), told of a quarter and a half GPU."""
     made = policy(workload=QUARTER, reserve_weight=0.0, stranding_weight=0.0)
-    made.observe(quarter())
-    made.observe(half())
+    made.learned.observe(quarter())
+    made.learned.observe(half())
     return made
 
 
@@ -291,8 +293,8 @@ def test_a_pod_without_gpus_is_not_priced_on_mig_nodes() -> None:
         make_state(name="mps", gpus=1, mode="mps", cpu_milli=32_000),
     ]
     reserve = policy(workload=QUARTER, stranding_weight=0.0)
-    reserve.observe(quarter())
-    reserve.observe(seven())
+    reserve.learned.observe(quarter())
+    reserve.learned.observe(seven())
     assert Board(states).scores(reserve, cpu_only()).tolist() == [50.0, 50.0]
 
 
@@ -304,14 +306,14 @@ def test_a_pod_without_gpus_keeps_off_gpu_nodes_while_a_node_without_gpus_can_ta
     mps = make_state(name="mps", gpus=1, mode="mps", cpu_milli=32_000)
     room = make_state(name="cpu", gpus=0, cpu_milli=32_000)
     reserve = policy(workload=QUARTER, stranding_weight=0.0)
-    reserve.observe(quarter())
+    reserve.learned.observe(quarter())
     assert Board([mps, room]).scores(reserve, cpu_only()).tolist() == [20.0, 50.0]
     choice = Board([mps, room]).best(reserve, cpu_only())
     assert choice is not None and choice.node == "cpu"
     full = make_state(name="cpu", gpus=0, cpu_milli=4_000)
     assert Board([mps, full]).scores(reserve, cpu_only()).tolist() == [50.0, -np.inf]
     off = policy(workload=QUARTER, stranding_weight=0.0, gpu_cpu_price=0.0)
-    off.observe(quarter())
+    off.learned.observe(quarter())
     assert Board([mps, room]).scores(off, cpu_only()).tolist() == [50.0, 50.0]
     with pytest.raises(ValueError, match="gpu_cpu_price must be in 0 <= x <= 100"):
         FgdReserveOptions(gpu_cpu_price=101.0)
@@ -332,8 +334,8 @@ def test_gpu_pods_seen_before_any_gpu_node_joins_are_classed_once_one_does() -> 
     # class them by, they wait (they were averaged over no group: NaN, and a warning), and once
     # GPU nodes join they are classed as in the first test: T4 priced, L4 wins.
     reserve = policy()
-    reserve.observe(whole(("T4",)))
-    reserve.observe(whole())
+    reserve.learned.observe(whole(("T4",)))
+    reserve.learned.observe(whole())
     board = Board([make_state(name="cpu", gpus=0, cpu_milli=32_000)])
     assert board.scores(reserve, whole()).tolist() == [-np.inf]
     for state in cluster():

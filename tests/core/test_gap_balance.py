@@ -46,7 +46,7 @@ def test_adjust_subtracts_the_rise_in_squared_gap_counts() -> None:
     # node 2: whole GPUs (no move)                          -> 50
     # node 3: does not fit                                  -> -inf
     policy = pinned(balance_weight=7.0)
-    policy.observe(share(470))
+    policy.learned.observe(share(470))
     gaps = np.zeros(GAP_LEVELS + 1, dtype=np.int64)
     gaps[53], gaps[100] = 3, 4
     cluster = Gaps(gaps, np.array([[100, 53, -1, -1], [53, 6, -1, -1]]))
@@ -71,11 +71,11 @@ def test_small_share_goes_to_the_common_hole() -> None:
     order = {s.node.name: i for i, s in enumerate(states)}
     pod = share(160)
     plain = pinned(balance_weight=0.0)
-    plain.observe(pod)
+    plain.learned.observe(pod)
     placed = Board(states, order).best(plain, pod)
     assert placed is not None and placed.node == "half"
     balanced = pinned()
-    balanced.observe(pod)
+    balanced.learned.observe(pod)
     placed = Board(states, order).best(balanced, pod)
     assert placed is not None and placed.node == "big-0"
 
@@ -90,7 +90,7 @@ def test_holes_are_counted_by_the_largest_share_seen_that_fits() -> None:
     # 0.21 hole it leaves waits for the same pods of at most 0.16 GPU as the three 0.19 holes.
     policy = pinned(balance_weight=8.0)
     for milli in (160, 320, 470):
-        policy.observe(share(milli))
+        policy.learned.observe(share(milli))
     classes = policy.gap_classes()
     assert classes[15] == -1 and classes[16] == classes[31] == 16 and classes[32] == classes[46] == 32
     assert classes[47] == classes[99] == 47 and classes[100] == -1 and classes[-1] == -1
@@ -113,7 +113,7 @@ def test_rankings_apply_the_balance_like_best() -> None:
     order = {s.node.name: i for i, s in enumerate(states)}
     pod = share(160)
     policy = pinned()
-    policy.observe(pod)
+    policy.learned.observe(pod)
     board = Board(states, order)
     expected = dict(zip(order, board.scores(policy, pod).tolist(), strict=True))
     ranking = rank(policy, pod, states, order)
@@ -147,7 +147,7 @@ def test_board_scores_are_the_adjusted_local_scores(weight: float) -> None:
     states = [holding("a", 470), holding("b", 160), holding("c"), holding("d", 320, 320)]
     policy = pinned(balance_weight=weight)
     pod = share(230)
-    policy.observe(pod)
+    policy.learned.observe(pod)
     board = Board(states)
     local = []
     for state in states:

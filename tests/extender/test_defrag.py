@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -103,25 +104,28 @@ def test_a_pod_being_bound_is_not_pending(serve: Any) -> None:
     assert got["pending"] == 1 and [m["admits"] for m in got["moves"]] == ["train/big"]
 
 
-def test_the_route_plans_with_a_policy_of_its_own(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Planning asks the policy about clusters that are not the live one; fgd-reserve follows the
-    cluster's free GPU from call to call (its departures rule), so the serving policy must not
-    be the one asked: a copy of it is."""
+def test_the_route_plans_over_a_copy_of_what_the_serving_policy_learned(
+    serve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Planning asks the policy about clusters that are not the live one; fgd-reserve's learned
+    object follows the cluster's free GPU from call to call (its departures rule), so the
+    serving learned object must not be the one asked: the policy over a copy of it is, and
+    nothing the planner asks reaches the serving one."""
     from scheduler.extender import defrag
 
     web = k8s_pod("web", namespace="serve", node="mig-node")  # no GPU: told too (CPU-bound rule)
     svc = serve(*fragmented_cluster(), web, defrag={"namespaces": ["serve"]}, policy="fgd-reserve")
     live = svc.extender.policy
-    live.observe(Demand(4000, 0, GpuRequest()))  # what it learned from a pod it served
+    live.learned.observe(Demand(4000, 0, GpuRequest()))  # what it learned from a pod it served
     asked: list[Any] = []
     told: list[Any] = []
-    real_observe = type(live).observe
+    real_observe = type(live.learned).observe
 
-    def observe(policy: Any, demand: Any) -> None:
+    def observe(learned: Any, demand: Any) -> None:
         told.append(demand)
-        real_observe(policy, demand)
+        real_observe(learned, demand)
 
-    monkeypatch.setattr(type(live), "observe", observe)
+    monkeypatch.setattr(type(live.learned), "observe", observe)
 
     def plan(states: Any, pending: Any, movers: Any, policy: Any, *rest: Any) -> Any:
         asked.append(policy)
@@ -129,11 +133,12 @@ def test_the_route_plans_with_a_policy_of_its_own(serve: Any, monkeypatch: pytes
 
     real_plan = defrag.plan
     monkeypatch.setattr(defrag, "plan", plan)
-    before = (live.flow, live.balance_weight)
+    before = pickle.dumps(live.learned)  # everything the serving policy learned
     assert [m["admits"] for m in svc.http.get("/debug/defrag").json()["moves"]] == ["train/big"]
     (policy,) = asked
-    assert policy is not live and policy.name == live.name
-    assert (live.flow, live.balance_weight) == before
-    # a copy of the serving policy, with what it learned: no second instance is told the pods again
+    assert policy.name == live.name and policy.learned is not live.learned
+    assert pickle.dumps(live.learned) == before
+    assert policy.learned.flow != live.learned.flow  # the copy followed the clusters planned
+    # a copy of what the serving policy learned: no second policy is told the pods again
     assert told == []
-    assert policy._cpu_seen == live._cpu_seen == 4000
+    assert policy.learned.cpu_seen == live.learned.cpu_seen == 4000

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -98,24 +99,29 @@ def test_runs_repeat_exactly_and_the_options_are_checked() -> None:
         simulate(scenario(FRAGMENTED), "binpack", 1, replay="arrivals", defrag=DefragSpec(60, 1))
 
 
-def test_the_planner_asks_a_copy_of_the_replays_policy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Planning asks the policy about clusters that are not the replay's; fgd-reserve follows the
-    cluster's free GPU from call to call (its departures rule), so the replay's own policy must
-    not be the one asked: a copy of it is, made at the planner's run, with what it learned."""
+def test_the_planner_asks_over_a_copy_of_what_the_replays_policy_learned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planning asks the policy about clusters that are not the replay's; fgd-reserve's learned
+    object follows the cluster's free GPU from call to call (its departures rule), so the
+    replay's own learned object must not be the one asked: the policy over a copy of it is,
+    made at the planner's run, with what it learned, and planning leaves the replay's as it was."""
     from scheduler.sim import defrag, engine
 
     built: list[Any] = []
-    asked: list[tuple[Any, int, Any]] = []
+    asked: list[tuple[Any, int]] = []
 
     def build(*args: Any) -> Any:
         built.append(real_build(*args))
         return built[-1]
 
     def plan(states: Any, pending: Any, movers: Any, policy: Any, *rest: Any) -> Any:
-        replay = built[0]
-        asked.append((policy, replay._gpu_seen, replay.flow))
-        assert policy._gpu_seen == replay._gpu_seen and policy.flow == replay.flow  # a copy, as it stands
-        return real_plan(states, pending, movers, policy, *rest)
+        replay = built[0].learned
+        before = pickle.dumps(replay)
+        assert pickle.dumps(policy.learned) == before  # a copy, as it stands
+        asked.append((policy, replay.gpu_seen))
+        found = real_plan(states, pending, movers, policy, *rest)
+        assert pickle.dumps(replay) == before  # nothing planned reached the replay's learned object
+        assert pickle.dumps(policy.learned) != before  # while the copy followed the plan's clusters
+        return found
 
     real_build, real_plan = engine.build_policy, defrag.plan
     monkeypatch.setattr(engine, "build_policy", build)
@@ -123,7 +129,7 @@ def test_the_planner_asks_a_copy_of_the_replays_policy(monkeypatch: pytest.Monke
     moved = simulate(scenario(FRAGMENTED), "fgd-reserve", 1, defrag=DefragSpec(600, 1))
     assert (moved.failed, moved.evictions) == (0, 1)
     (replay,) = built  # no second policy is built and told of the arrivals
-    assert asked and all(policy is not replay for policy, _, _ in asked)
+    assert asked and all(policy is not replay and policy.learned is not replay.learned for policy, _ in asked)
     assert asked[-1][1] > 0  # the replay's policy had been told of the arrivals by then
 
 

@@ -59,13 +59,19 @@ what it needs):
     of ``states`` (with a label per GPU, as :class:`~scheduler.core.fragmentation.ShareCandidates`
     has them), what ``score`` gives, exactly, worked out at once. The board then asks it
     instead of ``score`` node by node (such a placement moves no gap).
-``observe(demand)``
-    Told of each pod once, at its first sight (online policies learn here), and
-    ``version``, raised whenever what it learned changes its scores. What it learned (and what
-    its ``adjust`` follows of the cluster from call to call) is held by the face that owns the
-    policy; :func:`fork` copies it whole, for questions about clusters that are not the one it
-    serves (the defragmentation planners ask such a copy, not a second instance told the same
-    pods).
+``learned``
+    A policy that learns reads what it learned from one object, its :class:`Learned`: told of
+    each pod once, at its first sight (``observe``), and of the cluster as each call sees it,
+    just before ``adjust`` (``follow``: fgd-reserve follows the cluster's free GPU from call to
+    call); its ``version`` rises whenever what it learned changes the policy's scores. Learning
+    happens there and only there: ``score``, ``adjust`` and the other hooks read the learned
+    object and the cluster as they stand and change neither (what they keep besides is a memo
+    of pure results, named in the class's ``memos``; the one exception is ``random``, whose
+    generators are its learned object and whose ``adjust`` and ``tiebreak`` draw from them).
+    The face that makes the policy (the service, the simulator) owns its learned object; a
+    planner that asks about clusters that are not the one served (defragmentation) asks the
+    same policy over a copy of it (:func:`over_a_copy`), so the serving one never sees those
+    clusters and no second policy need be told the same pods.
 
 A policy's options are a frozen dataclass (``options``, registered with it): the service's
 configuration validates them by field path, and the simulator passes a :class:`Context`
@@ -75,7 +81,6 @@ may use or ignore.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -161,14 +166,31 @@ class ScoringWithoutGpu(Protocol):
     def score_without_gpu(self, demand: Demand, states: Sequence[NodeState], labels: np.ndarray) -> list[float]: ...
 
 
-@runtime_checkable
-class Learning(Protocol):
-    """Told of each pod once (``observe``); ``version`` rises whenever what it learned changes
-    its scores."""
+class Learned(Protocol):
+    """What a policy learned, one object that the face owning the policy owns: the pods seen
+    (``observe``), what it follows of the cluster from call to call (``follow``), and what is
+    worked out of them when they change. ``version`` rises whenever that changes the policy's
+    scores (the board keeps scores by it). ``copy`` is a copy that shares nothing mutable."""
 
     version: int
 
     def observe(self, demand: Demand) -> None: ...
+
+    def follow(self, demand: Demand, cluster: Cluster) -> None: ...
+
+    def copy(self) -> Learned: ...
+
+
+@runtime_checkable
+class Learning(Protocol):
+    """Reads what it learned from ``learned`` (see :class:`Learned`); ``over(learned)`` is the
+    same policy (its options) reading another learned object. ``memos``: the attributes that
+    only memoise pure results (everything else of the policy stays as made)."""
+
+    learned: Learned
+    memos: frozenset[str]
+
+    def over(self, learned: Learned) -> Policy: ...
 
 
 CAPABILITIES: dict[str, Any] = {  # protocols: mypy takes no abstract class as type[...]
@@ -180,7 +202,7 @@ CAPABILITIES: dict[str, Any] = {  # protocols: mypy takes no abstract class as t
     "score_took": ScoringTook,
     "score_nodes": ScoringNodes,
     "score_without_gpu": ScoringWithoutGpu,
-    "observe": Learning,
+    "learned": Learning,
 }  # the part each capability adds, by the name of its defining attribute
 
 
@@ -390,25 +412,21 @@ def demand_key(policy: Policy, demand: Demand) -> tuple[Any, ...]:
 
 
 def tell(policy: Policy, demand: Demand) -> None:
-    """Tell ``policy`` of a pod seen (its ``observe``, if it learns)."""
+    """Tell ``policy``'s learned object of a pod seen (if it learns)."""
     learning = capabilities(policy).learning
     if learning is not None:
-        learning.observe(demand)
+        learning.learned.observe(demand)
 
 
-def fork(policy: Policy) -> Policy:
-    """A copy of ``policy`` with what it has learned and what it follows of the cluster, to ask
-    about clusters that are not the one it serves (a defragmentation plan's): asking the copy
-    changes nothing of the original, and the face that owns the policy needs no second one told
-    of the same pods. A policy that neither learns nor adjusts keeps nothing between calls that
-    an answer could change: the policy itself."""
-    can = capabilities(policy)
-    if can.learning is None and can.adjust is None:
-        return policy
-    copied: Policy = copy.deepcopy(policy)
-    return copied
+def over_a_copy(policy: Policy) -> Policy:
+    """``policy`` over a copy of what it learned, to ask about clusters that are not the one it
+    serves (a defragmentation plan's): the copy follows those clusters, the learned object of
+    the face that owns the policy does not, and no second policy is told the same pods. A
+    policy that learns nothing answers from its options alone: the policy itself."""
+    learning = capabilities(policy).learning
+    return policy if learning is None else learning.over(learning.learned.copy())
 
 
 def version(policy: Policy) -> int:
     learning = capabilities(policy).learning
-    return 0 if learning is None else learning.version
+    return 0 if learning is None else learning.learned.version

@@ -43,17 +43,21 @@ unallocated against 4.06% by exact sizes).
 
 M and r are learned online from the pods seen so far (:class:`OnlineWorkload`), never
 from the trace in advance (the run's known workload, :class:`~.base.Context`, is ignored on
-purpose), and so are the share sizes that define the classes; each re-estimate of M raises
-:attr:`version` so cached scores are not reused. N is the cluster as it stands. Options
+purpose), and so are the share sizes that define the classes: all of it in one object,
+:class:`FgdCpuLearned`, that the policy reads and the face owning it owns (scoring changes
+nothing of it); each re-estimate of M raises its ``version`` so cached scores are not reused.
+N is the cluster as it stands. Options
 (:class:`FgdCpuOptions`): the workload assumed until the first estimate, the two weights,
 and whether to learn at all (off only to pin a workload, in a test).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -74,6 +78,7 @@ from .base import (
     Adjusting,
     Cluster,
     Context,
+    Learned,
     Learning,
     Preparing,
     Reading,
@@ -122,42 +127,102 @@ class FgdCpuOptions:
                 raise ValueError(f"{field} must be a finite number >= 0, got {value!r}")
 
 
-class FgdCpu(Reading, Learning, Preparing, ScoringNodes, ScoringWithoutGpu, Tiebreaking, Adjusting):
-    name = "fgd-cpu"
-    reads = frozenset({Reads.CPU, Reads.GAPS})
+def gap_classes_of(share_levels: np.ndarray) -> np.ndarray:
+    """Per gap level 0..GAP_LEVELS, then one entry for "no move": the class a GPU with that
+    free share counts in, the largest of ``share_levels`` (the share sizes seen) that is at most
+    the gap; -1 when none is (dead holes), for idle GPUs (level GAP_LEVELS) and for no move."""
+    levels = np.arange(GAP_LEVELS)
+    largest = np.maximum.accumulate(np.where(share_levels[:GAP_LEVELS], levels, -1))
+    return np.concatenate([largest, [-1, -1]])
 
-    def __init__(self, options: FgdCpuOptions) -> None:
-        prior = workload_of(options.workload) if options.workload else DEFAULT_WORKLOAD
-        self.online = OnlineWorkload(prior) if options.learn else None
-        self.stranding_weight = options.stranding_weight
-        self.balance_weight = options.balance_weight
+
+class FgdCpuLearned:
+    """What fgd-cpu learns from the pods seen, and what is worked out of it when it changes:
+    the typical workload M (re-estimated online from the prior, or the prior for good when not
+    learning), r (M's GPU per CPU), the share sizes seen and the classes of holes they define.
+    ``version`` rises with each new M. Scoring only reads it."""
+
+    def __init__(self, prior: TypicalWorkload, online: OnlineWorkload | None) -> None:
+        self.online = online
+        self.workload = prior
+        self.ratio = gpu_per_cpu(prior)
         self.share_levels = np.zeros(GAP_LEVELS + 1, dtype=bool)  # the share sizes seen, in hundredths
+        self.classes = gap_classes_of(self.share_levels)  # replaced, never changed in place
         self.version = 0
-        self._classes: np.ndarray | None = None
-        # C_before and C_after of the placements scored lately, by the allocation's id (with the
-        # state and allocation themselves, so an id cannot be another's): the score and the
-        # tiebreak of one placement ask one after the other, and a node's tied candidates again
-        self._costs_of: dict[int, tuple[NodeState, Allocation, tuple[float, float]]] = {}
-        self._hosted: dict[tuple[object, ...], bool] = {}  # shared by every estimate's Fragmentation
-        self._adopt(prior)
-
-    def _adopt(self, workload: TypicalWorkload) -> None:
-        self.fragmentation = Fragmentation(workload, self._hosted)
-        self.ratio = gpu_per_cpu(workload)
-        self._costs_of.clear()
 
     def observe(self, demand: Demand) -> None:
         if demand.gpu.kind is GpuKind.SHARE:
             level = max(1, gap_level(nominal_milli(demand.gpu)))
             if not self.share_levels[level]:
                 self.share_levels[level] = True
-                self._classes = None
+                self.classes = gap_classes_of(self.share_levels)
         if self.online is not None and self.online.observe(demand):
-            self._adopt(self.online.workload)
+            self.workload = self.online.workload
+            self.ratio = gpu_per_cpu(self.workload)
             self.version += 1
+
+    def follow(self, demand: Demand, cluster: Cluster) -> None:
+        """fgd-cpu follows nothing of the cluster from call to call."""
+
+    def copy(self) -> FgdCpuLearned:
+        copied = copy.copy(self)
+        copied.online = None if self.online is None else self.online.copy()
+        copied.share_levels = self.share_levels.copy()
+        return copied
+
+
+class FgdCpu(Reading, Learning, Preparing, ScoringNodes, ScoringWithoutGpu, Tiebreaking, Adjusting):
+    name = "fgd-cpu"
+    reads = frozenset({Reads.CPU, Reads.GAPS})
+    # memos of pure results: F for the workload learned (and the device answers every estimate
+    # shares), and C before and after of the placements scored lately (see _costs)
+    memos = frozenset({"_fragmentation", "_hosted", "_costs_of", "_costs_version"})
+
+    def __init__(self, options: FgdCpuOptions, learned: FgdCpuLearned | None = None) -> None:
+        self.options = options
+        self.learned = self.learner(options) if learned is None else learned
+        self._hosted: dict[tuple[Any, ...], bool] = {}  # shared by every estimate's Fragmentation
+        self._fragmentation = Fragmentation(self.learned.workload, self._hosted)
+        # C_before and C_after of the placements scored lately, by the allocation's id (with the
+        # state and allocation themselves, so an id cannot be another's), for the learned
+        # object's version: the score and the tiebreak of one placement ask one after the
+        # other, and a node's tied candidates again
+        self._costs_of: dict[int, tuple[NodeState, Allocation, tuple[float, float]]] = {}
+        self._costs_version = self.learned.version
+
+    @staticmethod
+    def learner(options: FgdCpuOptions) -> FgdCpuLearned:
+        """A learned object that knows nothing yet (the prior of ``options``)."""
+        prior = workload_of(options.workload) if options.workload else DEFAULT_WORKLOAD
+        return FgdCpuLearned(prior, OnlineWorkload(prior) if options.learn else None)
+
+    def over(self, learned: Learned) -> FgdCpu:
+        assert isinstance(learned, FgdCpuLearned)
+        return FgdCpu(self.options, learned)
+
+    @property
+    def stranding_weight(self) -> float:
+        """lambda: milli-GPU of cost per milli-GPU stranded."""
+        return self.options.stranding_weight
+
+    @property
+    def balance_weight(self) -> float:
+        """Score points per unit of balance rise per GPU."""
+        return self.options.balance_weight
+
+    @property
+    def fragmentation(self) -> Fragmentation:
+        """F against the workload learned (a memo: made again when a new estimate is adopted)."""
+        found = self._fragmentation
+        if found.workload is not self.learned.workload:
+            found = self._fragmentation = Fragmentation(self.learned.workload, self._hosted)
+        return found
 
     def _costs(self, state: NodeState, allocation: Allocation) -> tuple[float, float]:
         """C_before and C_after of placing ``allocation`` (kept a while: see ``_costs_of``)."""
+        if self._costs_version != self.learned.version:  # costs of an older estimate or weight
+            self._costs_of.clear()
+            self._costs_version = self.learned.version
         kept = self._costs_of.get(id(allocation))
         if kept is not None and kept[0] is state and kept[1] is allocation:
             return kept[2]
@@ -246,9 +311,10 @@ class FgdCpu(Reading, Learning, Preparing, ScoringNodes, ScoringWithoutGpu, Tieb
     def _cost(self, frag: np.ndarray, gpu_free: np.ndarray, cpu_free: np.ndarray) -> np.ndarray:
         """C of nodes with F ``frag``, ``gpu_free`` milli-GPU and ``cpu_free`` milli-CPU free
         (:meth:`_costs`' arithmetic over arrays)."""
-        if not self.ratio:
+        ratio = self.learned.ratio
+        if not ratio:
             return frag
-        cost: np.ndarray = frag + self.stranding_weight * np.maximum(0.0, gpu_free - self.ratio * cpu_free)
+        cost: np.ndarray = frag + self.stranding_weight * np.maximum(0.0, gpu_free - ratio * cpu_free)
         return cost
 
     def tiebreak(self, demand: Demand, state: NodeState, allocation: Allocation) -> float:
@@ -266,13 +332,8 @@ class FgdCpu(Reading, Learning, Preparing, ScoringNodes, ScoringWithoutGpu, Tieb
 
     def gap_classes(self) -> np.ndarray:
         """Per gap level 0..GAP_LEVELS, then one entry for "no move": the class a GPU with that
-        free share counts in, the largest share level seen that is at most the gap; -1 when
-        none is (dead holes), for idle GPUs (level GAP_LEVELS) and for no move."""
-        if self._classes is None:
-            levels = np.arange(GAP_LEVELS)
-            largest = np.maximum.accumulate(np.where(self.share_levels[:GAP_LEVELS], levels, -1))
-            self._classes = np.concatenate([largest, [-1, -1]])
-        return self._classes
+        free share counts in (:func:`gap_classes_of` the share sizes learned)."""
+        return self.learned.classes
 
     def balance_view(self, cluster: Cluster) -> tuple[np.ndarray, np.ndarray | None]:
         """The GPUs the balance counts, as a gap histogram, and per scored node whether its

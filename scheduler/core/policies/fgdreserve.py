@@ -84,8 +84,9 @@ CPU-only ones included) x (the cluster's GPUs) / (the cluster's CPU) is the shar
 cluster's CPU the workload asks for by the time its GPU request reaches the cluster's
 capacity. Below ``cpu_bound_low`` the stranding weight is lambda; above ``cpu_bound_high``,
 0 (CPU runs out everywhere, so keeping it beside a GPU only spreads CPU-only pods onto the
-wrong nodes); linear between, in eighths. kappa is worked out again at each re-estimate of
-M; a change of the weight raises :attr:`version`.
+wrong nodes); linear between, in eighths. kappa is worked out again, with the cluster the
+next call sees, at each re-estimate of M; a change of the weight raises the learned object's
+``version``, and the new weight counts from the next call's node scores on.
 
 **Departures.** The Sum-of-Squares balance is a rule for bins that only fill: a hole made
 now waits for a pod that fits it. When pods leave, holes open and close by themselves and the
@@ -96,7 +97,9 @@ since still hold: 1 while nothing leaves (the FGD protocol), 0 once as much has 
 is held (after about one pod lifetime, holes are made by departures more than they wait).
 
 Everything is learned from the pods seen so far and the cluster as it stands: nothing from
-the future, nothing per trace.
+the future, nothing per trace. What is learned is one object (:class:`FgdReserveLearned`): told
+of the pods (``observe``) and of the cluster as each call sees it, before ``adjust``
+(``follow``: the departures, kappa, the classes); ``adjust`` only reads it.
 """
 
 from __future__ import annotations
@@ -106,12 +109,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..capacity import GAP_LEVELS
-from ..fragmentation import DEFAULT_WORKLOAD, OnlineWorkload, workload_of
+from ..fragmentation import DEFAULT_WORKLOAD, OnlineWorkload, TypicalWorkload, workload_of
 from ..groups import Groups
 from ..inventory import SharingMode
 from ..request import Demand, GpuKind, GpuRequest
-from .base import Cluster, Context, Reads, register
-from .fgdcpu import SCORE_SCALE_MILLI, FgdCpu, FgdCpuOptions, nominal_milli
+from .base import Cluster, Context, Learned, Reads, register
+from .fgdcpu import SCORE_SCALE_MILLI, FgdCpu, FgdCpuLearned, FgdCpuOptions, nominal_milli
 from .reserve import free_by_group, inside, milli_on, pressure, price, squash
 from .rules import cpubound, departures, gpucpu, migbalance
 
@@ -154,96 +157,155 @@ class FgdReserveOptions(FgdCpuOptions):
             raise ValueError("learn_settle must be >= 0 and learn_late_growth > 1")
 
 
-class FgdReserve(FgdCpu):
-    name = "fgd-reserve"
-    reads = frozenset({Reads.CPU, Reads.GAPS, Reads.GROUPS})
+class FgdReserveLearned(FgdCpuLearned):
+    """What fgd-reserve learns: fgd-cpu's (:class:`~.fgdcpu.FgdCpuLearned`), and from the pods
+    seen the CPU and GPU they asked (kappa's inputs) and their classes by allowed groups with
+    each class's GPU request; from the cluster as each call sees it (``follow``): its free GPU
+    from call to call (departures), kappa with its GPUs and CPU once the workload was estimated
+    again (the stranding weight's share ``cpu_factor``), and its groups, to sort the pods seen
+    into classes. Each change of ``cpu_factor`` raises ``version``."""
 
-    def __init__(self, options: FgdReserveOptions) -> None:
-        super().__init__(options)
+    def __init__(self, options: FgdReserveOptions, prior: TypicalWorkload, online: OnlineWorkload | None) -> None:
+        super().__init__(prior, online)
         self.options = options
-        if self.online is not None:
-            prior = workload_of(options.workload) if options.workload else DEFAULT_WORKLOAD
-            self.online = OnlineWorkload(prior, settle=options.learn_settle, late_growth=options.learn_late_growth)
         self.cpu_factor = 1.0  # the share of lambda in use (see the module: CPU-bound stranding)
-        self._cpu_seen = 0  # milli-CPU requested by the pods seen
-        self._gpu_seen = 0  # milli-GPU requested by the pods seen
-        self._kappa_due = True
-        self._pending: list[Demand] = []  # GPU pods seen, not yet sorted into classes
-        self._class_rows: dict[bytes, int] = {}  # allowed-groups mask -> class row
-        self._class_demands: list[Demand] = []  # one pod of each class (to widen its mask)
-        self._masks = np.zeros((0, 0), dtype=bool)  # [class, group]: may the class use the group
-        self._volumes = np.zeros(0)  # [class]: milli-GPU requested
+        self.cpu_seen = 0  # milli-CPU requested by the pods seen
+        self.gpu_seen = 0  # milli-GPU requested by the pods seen
+        self.kappa_due = True
+        self.pending: list[Demand] = []  # GPU pods seen, not yet sorted into classes
+        self.class_rows: dict[bytes, int] = {}  # allowed-groups mask -> class row
+        self.class_demands: list[Demand] = []  # one pod of each class (to widen its mask)
+        self.masks = np.zeros((0, 0), dtype=bool)  # [class, group]: may the class use the group
+        self.volumes = np.zeros(0)  # [class]: milli-GPU requested
+        self.flow = departures.Flow()  # the cluster's free GPU from call to call (departures rule)
         # per demand: its class row and milli-GPU per group; per GPU request: milli-GPU per group
         # (both for the groups as they are: forgotten when a group appears)
-        self.flow = departures.Flow()  # the cluster's free GPU from call to call (departures rule)
-        self._seen_demands: dict[Demand, tuple[int, float]] = {}
-        self._milli: dict[GpuRequest, np.ndarray] = {}
-        # per allowed-groups mask: the classes strictly inside it (for the masks of _inside_shape)
-        self._inside: dict[bytes, np.ndarray] = {}
-        self._inside_shape: tuple[int, ...] = (0, 0)
-        self._stacked = np.ones((1, 0), dtype=bool)  # the class masks and a flexible row
-        self._mig_groups = np.zeros(0, dtype=bool)  # per group: is it MIG
+        self.seen_demands: dict[Demand, tuple[int, float]] = {}
+        self.milli: dict[GpuRequest, np.ndarray] = {}
 
     def observe(self, demand: Demand) -> None:
         version = self.version
         super().observe(demand)
-        self._kappa_due = self._kappa_due or self.version != version
-        self._cpu_seen += demand.cpu_milli
+        self.kappa_due = self.kappa_due or self.version != version
+        self.cpu_seen += demand.cpu_milli
         gpu = demand.gpu
         if gpu.kind is not GpuKind.NONE:
-            self._gpu_seen += nominal_milli(gpu) * max(1, gpu.count)
-            self._pending.append(demand)
+            self.gpu_seen += nominal_milli(gpu) * max(1, gpu.count)
+            self.pending.append(demand)
+
+    def follow(self, demand: Demand, cluster: Cluster) -> None:
+        """The cluster as a call for ``demand`` sees it, before the policy adjusts its scores:
+        its free GPU (departures), kappa once the workload was estimated again (its new weight
+        counts from the next call's scores), and the pods seen sorted into classes by its
+        groups, for a GPU pod that the reservation prices."""
+        rules = self.options.rules
+        if "departures" in rules:
+            self.flow = departures.follow(self.flow, int(cluster.gaps @ LEVELS))
+        if self.kappa_due and "cpu-bound" in rules:
+            self._follow_cpu(cluster)
+        if demand.gpu.kind is GpuKind.NONE or not self.options.reserve_weight or "reservation" not in rules:
+            return
+        groups = cluster.groups
+        if len(groups.keys):  # no GPU node yet: the pods seen wait to be sorted into classes
+            self._learn_classes(groups)
+
+    def copy(self) -> FgdReserveLearned:
+        copied = super().copy()
+        assert isinstance(copied, FgdReserveLearned)
+        copied.pending = list(self.pending)
+        copied.class_rows = dict(self.class_rows)
+        copied.class_demands = list(self.class_demands)
+        copied.volumes = self.volumes.copy()  # the others are replaced, never changed in place
+        copied.seen_demands = dict(self.seen_demands)
+        copied.milli = dict(self.milli)
+        return copied
 
     # ------------------------------------------------------------ CPU-bound stranding
 
     def kappa(self, cluster: Cluster) -> float:
         """The share of the cluster's CPU the mix seen so far asks for once its GPU request
         reaches the cluster's GPUs (0 while nothing is known)."""
-        return cpubound.kappa(self._cpu_seen, self._gpu_seen, int(cluster.gaps.sum()), cluster.cpu_milli)
+        return cpubound.kappa(self.cpu_seen, self.gpu_seen, int(cluster.gaps.sum()), cluster.cpu_milli)
 
     def _follow_cpu(self, cluster: Cluster) -> None:
-        self._kappa_due = False
+        self.kappa_due = False
         factor = cpubound.factor(self.kappa(cluster), self.options.cpu_bound_low, self.options.cpu_bound_high)
         if factor != self.cpu_factor:
             self.cpu_factor = factor
-            self.stranding_weight = self.options.stranding_weight * factor
-            self._costs_of.clear()
             self.version += 1
 
-    # ------------------------------------------------------------ reservation
+    # ------------------------------------------------------------ reservation classes
 
-    def _milli_per_group(self, gpu: GpuRequest, groups: Groups) -> np.ndarray:
-        found = self._milli.get(gpu)
-        if found is None:
-            found = self._milli[gpu] = np.array([milli_on(gpu, device) for device in groups.devices])
-        return found
+    def milli_per_group(self, gpu: GpuRequest, groups: Groups) -> np.ndarray:
+        """The milli-GPU ``gpu`` takes on each group (kept while the groups are as they are)."""
+        found = self.milli.get(gpu)
+        return np.array([milli_on(gpu, device) for device in groups.devices]) if found is None else found
 
     def _learn_classes(self, groups: Groups) -> None:
         width = len(groups.keys)
-        if self._masks.shape[1] != width:  # a group appeared: every class's mask again
-            self._masks = np.array([groups.allowed(d) for d in self._class_demands], dtype=bool).reshape(-1, width)
-            self._seen_demands.clear()
-            self._milli.clear()
-        for d in self._pending:
-            known = self._seen_demands.get(d)
+        if self.masks.shape[1] != width:  # a group appeared: every class's mask again
+            self.masks = np.array([groups.allowed(d) for d in self.class_demands], dtype=bool).reshape(-1, width)
+            self.seen_demands.clear()
+            self.milli.clear()
+        for d in self.pending:
+            known = self.seen_demands.get(d)
             if known is None:
                 allowed = groups.allowed(d)
-                row = self._class_rows.setdefault(allowed.tobytes(), len(self._class_rows))
-                if row == len(self._volumes):
-                    self._masks = np.vstack([self._masks, allowed[None, :]])
-                    self._volumes = np.append(self._volumes, 0.0)
-                    self._class_demands.append(d)
-                milli = self._milli_per_group(d.gpu, groups)
+                row = self.class_rows.setdefault(allowed.tobytes(), len(self.class_rows))
+                if row == len(self.volumes):
+                    self.masks = np.vstack([self.masks, allowed[None, :]])
+                    self.volumes = np.append(self.volumes, 0.0)
+                    self.class_demands.append(d)
+                milli = self.milli.get(d.gpu)
+                if milli is None:
+                    milli = self.milli[d.gpu] = self.milli_per_group(d.gpu, groups)
                 known = (row, float(milli[allowed].mean() if allowed.any() else milli.mean()))
-                if len(self._seen_demands) < 100_000:
-                    self._seen_demands[d] = known
-            self._volumes[known[0]] += known[1]
-        self._pending.clear()
+                if len(self.seen_demands) < 100_000:
+                    self.seen_demands[d] = known
+            self.volumes[known[0]] += known[1]
+        self.pending.clear()
 
-    def _follow_departures(self, cluster: Cluster) -> None:
+
+class FgdReserve(FgdCpu):
+    name = "fgd-reserve"
+    reads = frozenset({Reads.CPU, Reads.GAPS, Reads.GROUPS})
+    # memos of pure results besides fgd-cpu's: which groups are MIG, and per allowed-groups
+    # mask the classes strictly inside it (for the masks of _inside_shape)
+    memos = FgdCpu.memos | {"_inside", "_inside_shape", "_stacked", "_mig_groups"}
+    learned: FgdReserveLearned
+    options: FgdReserveOptions
+
+    def __init__(self, options: FgdReserveOptions, learned: FgdReserveLearned | None = None) -> None:
+        super().__init__(options, learned)
+        self._inside: dict[bytes, np.ndarray] = {}
+        self._inside_shape: tuple[int, ...] = (0, 0)
+        self._stacked = np.ones((1, 0), dtype=bool)  # the class masks and a flexible row
+        self._mig_groups = np.zeros(0, dtype=bool)  # per group: is it MIG
+
+    @staticmethod
+    def learner(options: FgdCpuOptions) -> FgdReserveLearned:
+        assert isinstance(options, FgdReserveOptions)
+        prior = workload_of(options.workload) if options.workload else DEFAULT_WORKLOAD
+        online = OnlineWorkload(prior, settle=options.learn_settle, late_growth=options.learn_late_growth)
+        return FgdReserveLearned(options, prior, online if options.learn else None)
+
+    def over(self, learned: Learned) -> FgdReserve:
+        assert isinstance(learned, FgdReserveLearned)
+        return FgdReserve(self.options, learned)
+
+    @property
+    def stranding_weight(self) -> float:
+        """lambda times the share kappa leaves it (see the module: CPU-bound stranding)."""
+        return self.options.stranding_weight * self.learned.cpu_factor
+
+    @property
+    def balance_weight(self) -> float:
         """The balance weight times 1 - freed / held (see the module: departures)."""
-        self.flow = departures.follow(self.flow, int(cluster.gaps @ LEVELS))
-        self.balance_weight = self.options.balance_weight * departures.factor(self.flow)
+        if "departures" not in self.options.rules:
+            return self.options.balance_weight
+        return self.options.balance_weight * departures.factor(self.learned.flow)
+
+    # ------------------------------------------------------------ reservation
 
     def _mig(self, groups: Groups) -> np.ndarray:
         """Per group: is it MIG (groups only ever join)."""
@@ -271,7 +333,7 @@ class FgdReserve(FgdCpu):
         """rho_g as the pod of allowed groups ``allowed`` sees it: the pinned load of the classes
         strictly inside its own, the rest of the volume counted as flexible (None when no class
         is). Which classes are inside is kept per mask until a class or a group appears."""
-        masks = self._masks
+        masks, volumes = self.learned.masks, self.learned.volumes
         if self._inside_shape != masks.shape:
             self._inside.clear()
             self._inside_shape = masks.shape
@@ -282,32 +344,27 @@ class FgdReserve(FgdCpu):
             within = self._inside[key] = inside(masks, allowed)
         if not within.any():
             return None
-        volumes = np.append(np.where(within, self._volumes, 0.0), self._volumes[~within].sum())
-        return pressure(self._stacked, volumes, free)
+        flexible = np.append(np.where(within, volumes, 0.0), volumes[~within].sum())
+        return pressure(self._stacked, flexible, free)
 
     def adjust(self, demand: Demand, scores: np.ndarray, cluster: Cluster) -> np.ndarray:
-        """fgd-cpu's balance, then each node's group price (see the module)."""
-        if "departures" in self.options.rules:
-            self._follow_departures(cluster)
+        """fgd-cpu's balance, then each node's group price (see the module), from what was
+        learned and the cluster as they stand: nothing of either changes here."""
         out = super().adjust(demand, scores, cluster)
-        if self._kappa_due and "cpu-bound" in self.options.rules:
-            self._follow_cpu(cluster)
         groups = cluster.groups
-        if not len(groups.keys):  # no GPU node yet: the pods seen wait to be sorted into classes
+        if not len(groups.keys):
             return out
         if demand.gpu.kind is GpuKind.NONE:
             return self._gpu_cpu(out, groups)
-        if not self.options.reserve_weight or "reservation" not in self.options.rules:
+        learned = self.learned
+        if not self.options.reserve_weight or "reservation" not in self.options.rules or not learned.volumes.size:
             return out
-        self._learn_classes(groups)
-        if not self._volumes.size:
-            return out
-        known = self._seen_demands.get(demand)
-        allowed = self._masks[known[0]] if known is not None else groups.allowed(demand)
+        known = learned.seen_demands.get(demand)
+        allowed = learned.masks[known[0]] if known is not None else groups.allowed(demand)
         rho = self._pressure(allowed, free_by_group(groups.gaps))
         if rho is None:
             return out
-        cost = price(rho, self.options.reserve_start) * self._milli_per_group(demand.gpu, groups)
+        cost = price(rho, self.options.reserve_start) * learned.milli_per_group(demand.gpu, groups)
         if not cost.any():
             return out
         mine = groups.node_group
