@@ -232,11 +232,12 @@ class Binder:
                 # First as this process last wrote it (no call); a conflict, or a "no" decided on
                 # that version (a share freed elsewhere since would not show in it), reads it
                 # again from the API server.
-                remembered = self._ledgers.known(node)  # a failed write forgets it
-                if remembered is not None:
-                    ledger, entries, outcome = self._decide(remembered, pod, decide, remembered=True)
-                if remembered is None or isinstance(outcome, str):
-                    ledger, entries, outcome = self._decide(self._ledgers.read(node), pod, decide, remembered=False)
+                ledger = self._ledgers.known(node)  # a failed write forgets it
+                if ledger is not None:
+                    entries, outcome = self._decide(ledger, pod, decide, remembered=True)
+                if ledger is None or isinstance(outcome, str):
+                    ledger = self._ledgers.read(node)
+                    entries, outcome = self._decide(ledger, pod, decide, remembered=False)
                 if isinstance(outcome, str):
                     return f"no share for {pod.key} on {node}: {outcome}"
                 if outcome.node != node:
@@ -263,21 +264,20 @@ class Binder:
 
     def _decide(
         self, ledger: Ledger, pod: PodRef, decide: Decide, remembered: bool
-    ) -> tuple[Ledger, dict[str, Entry], Allocation | str]:
-        """``decide`` against ``ledger``: the ledger, the entries it keeps, and the allocation or
-        why not. A ``remembered`` ledger keeps every entry (no call: an entry of a pod gone since
-        holds its share a little longer, which is safe, and a "no" it causes reads the ledger
-        again); else entries of pods gone, ended or stale are dropped (the pods on the node
-        listed)."""
+    ) -> tuple[dict[str, Entry], Allocation | str]:
+        """``decide`` against ``ledger``: the entries it keeps, and the allocation or why not.
+        A ``remembered`` ledger keeps every entry (no call: an entry of a pod gone since holds
+        its share a little longer, which is safe, and a "no" it causes reads the ledger again);
+        else entries of pods gone, ended or stale are dropped (the pods on the node listed)."""
         if remembered:
             entries = {k: e for k, e in ledger.entries.items() if k != pod.key}
             records = sorted((k, e.record) for k, e in entries.items())
         else:
             entries, records = self._current(ledger, ledger.node, pod.key)
         try:
-            return ledger, entries, decide(records)
+            return entries, decide(records)
         except GpusliceError as exc:
-            return ledger, entries, str(exc)
+            return entries, str(exc)
 
     def _pause(self, attempt: int) -> None:
         limit = min(self._options.conflict_backoff_s * 2**attempt, 1.0)
