@@ -41,7 +41,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks.extender_driver import make_node, make_pod, many_shapes, node_inventory  # noqa: E402
-from tests.e2e.controlplane import Client, ControlPlane, build, free_port  # noqa: E402
+from tests.e2e.controlplane import ApiError, Client, ControlPlane, build, free_port  # noqa: E402
 from tests.e2e.deployed import Gpuslice, apply_all, config_map, put_node, shipped  # noqa: E402
 
 NAMESPACE = "bench"
@@ -69,6 +69,25 @@ def filter_calls(port: int, keep: Path) -> float:
     keep.write_text(text)
     prefix = 'gpuslice_extender_request_seconds_count{verb="filter"}'
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(prefix))
+
+
+def retried(call: Any, *args: Any, tries: int = 3) -> Any:
+    """``call(*args)``, tried again after a transport error (a connection the API server closed, a
+    TLS record cut short under many concurrent clients): the cluster is made once per run and a
+    lost node or pod would change what is measured. A creation that did land before the error is
+    seen again as a conflict (409): put_node then updates the node, a pod is taken as made."""
+    for attempt in range(tries):
+        try:
+            return call(*args)
+        except httpx.TransportError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+        except ApiError as exc:
+            if exc.status != 409 or attempt == 0:
+                raise
+            return None
+    return None
 
 
 def noop_extender(port: int, tls: Path, api: str, ca: Path, token: str) -> None:
@@ -124,7 +143,7 @@ def run_once(binary: Path, mode: str, args: argparse.Namespace, tls: Path, seed:
                 node["metadata"].pop(key, None)
             node["metadata"]["labels"]["nvidia.com/gpu.present"] = "true"
         with ThreadPoolExecutor(16) as pool:
-            list(pool.map(lambda n: put_node(admin, n), nodes))
+            list(pool.map(lambda n: retried(put_node, admin, n), nodes))
         settings = config_map(objects)
         service = Gpuslice(plane, port, tls, workdir, settings)
         scheduler = yaml.safe_load(service.scheduler_config())
@@ -208,7 +227,7 @@ def measure(
 
     def create(pod: dict[str, Any]) -> None:
         sent[pod["metadata"]["name"]] = time.monotonic()
-        admin.post(f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+        retried(admin.post, f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
 
     start = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
