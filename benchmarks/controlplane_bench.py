@@ -4,7 +4,7 @@ defaults, node sampling included) and, as its extender, gpuslice (default policy
 do-nothing extender (passes every node, scores 0, binds through the API), or none at all.
 
     python benchmarks/controlplane_bench.py [--nodes 5000] [--pods 20000] [--runs 3]
-        [--modes default,binpack,noop,none]
+        [--modes default,binpack,noop,none] [--fitting-only] [--max-backoff SECONDS]
 
 Each run starts a fresh control plane, creates the nodes (8 GPUs each, the driver's mix of
 kinds) and then the pods (the driver's "many" mix: MIG, MPS, time-slicing, whole GPUs,
@@ -13,7 +13,10 @@ bound per second (bound pods over the time from the first creation to the last b
 creation-to-bound latency p50 / p99 (the pod's POST sent to its bind seen on a watch), the
 extender's peak resident memory and its CPU time per bound pod, and for gpuslice the filter calls
 per bound pod (from its /metrics: above 1 where kube-scheduler asks again about pods it could not
-place). Modes alternate run by run; the table gives medians and ranges.
+place). Modes alternate run by run; the table gives medians and ranges. Two knobs measure what
+the pods that fit nowhere cost (kube-scheduler asks the extender about them again after every
+back-off): ``--fitting-only`` leaves them out of the mix, ``--max-backoff`` sets kube-scheduler's
+``podMaxBackoffSeconds`` (the shipped configuration keeps its default, 10 s).
 """
 
 from __future__ import annotations
@@ -40,11 +43,12 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.extender_driver import make_node, make_pod, many_shapes, node_inventory  # noqa: E402
+from benchmarks.extender_driver import HOPELESS, make_node, make_pod, many_shapes, node_inventory  # noqa: E402
 from tests.e2e.controlplane import ApiError, Client, ControlPlane, build, free_port  # noqa: E402
 from tests.e2e.deployed import Gpuslice, apply_all, config_map, put_node, shipped  # noqa: E402
 
 NAMESPACE = "bench"
+MODES = ("default", "binpack", "noop", "none")
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -168,6 +172,8 @@ def run_once(binary: Path, mode: str, args: argparse.Namespace, tls: Path, seed:
                     time.sleep(0.2)
         else:
             scheduler.pop("extenders")
+        if args.max_backoff is not None:
+            scheduler["podMaxBackoffSeconds"] = args.max_backoff
         token = admin.account_token("gpuslice", "gpuslice")
         plane.start_scheduler(yaml.safe_dump(scheduler), token)
         got = measure(plane, admin, args, rng, extender_pid)
@@ -184,6 +190,15 @@ def run_once(binary: Path, mode: str, args: argparse.Namespace, tls: Path, seed:
             noop.terminate()
             noop.wait()
         plane.stop_all()
+
+
+def shape(rng: random.Random, fitting_only: bool) -> dict[str, str]:
+    """One pod's GPU request of the driver's "many" mix; ``fitting_only``: a pod of a shape no
+    node kind could ever host (the mix's pods that fit nowhere) is drawn again."""
+    while True:
+        wanted = many_shapes(rng)
+        if not fitting_only or wanted not in HOPELESS:
+            return wanted
 
 
 def measure(
@@ -216,7 +231,7 @@ def measure(
     watcher.start()
     time.sleep(1)
     pods = [
-        make_pod(f"p{i:06d}", many_shapes(rng), rng.choice([1, 2, 4]), rng.choice([4, 16, 64]))
+        make_pod(f"p{i:06d}", shape(rng, args.fitting_only), rng.choice([1, 2, 4]), rng.choice([4, 16, 64]))
         for i in range(args.pods)
     ]
     for pod in pods:
@@ -278,14 +293,30 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=20000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--modes", default="default,binpack,noop,none")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated, of: " + ", ".join(MODES))
     parser.add_argument("--settle", type=float, default=30.0, help="stop once no pod bound for this many seconds")
     parser.add_argument(
         "--tls", type=Path, required=True, help="folder of ca.crt, tls.crt, tls.key for gpuslice.gpuslice.svc"
     )
+    parser.add_argument(
+        "--fitting-only",
+        action="store_true",
+        help="leave out the mix's pods that no node could ever host (to measure what their retries cost)",
+    )
+    parser.add_argument(
+        "--max-backoff",
+        type=int,
+        help="kube-scheduler's podMaxBackoffSeconds (default: the shipped configuration's, kube-scheduler's 10 s)",
+    )
     args = parser.parse_args()
+    modes = args.modes.split(",")
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        parser.error(f"--modes {args.modes}: unknown {', '.join(unknown) or 'none given'}; accepted: {','.join(MODES)}")
+    if args.max_backoff is not None and args.max_backoff < 1:
+        parser.error(f"--max-backoff {args.max_backoff}: accepted: a whole number of seconds, 1 or more")
     binary = build()
-    results: dict[str, list[dict[str, Any]]] = {m: [] for m in args.modes.split(",")}
+    results: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     for run in range(args.runs):
         for mode in results:
             got = run_once(binary, mode, args, args.tls, seed=run)

@@ -53,3 +53,32 @@ def test_an_api_error_on_the_first_try_is_raised_not_retried(status: int) -> Non
     with pytest.raises(ApiError):
         bench.retried(call)
     assert len(calls) == 1
+
+
+def test_the_fitting_only_mix_has_no_pod_that_fits_nowhere_and_the_plain_mix_has_them() -> None:
+    import random
+
+    rng_plain, rng_fitting = random.Random(11), random.Random(11)
+    plain = [bench.shape(rng_plain, False) for _ in range(2000)]
+    fitting = [bench.shape(rng_fitting, True) for _ in range(2000)]
+    assert any(p in bench.HOPELESS for p in plain)
+    assert not any(p in bench.HOPELESS for p in fitting)
+    assert {tuple(sorted(p)) for p in fitting} & {tuple(sorted(p)) for p in plain if p not in bench.HOPELESS}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--modes", "default,fast"], "--modes default,fast: unknown fast; accepted: default,binpack,noop,none"),
+        (["--max-backoff", "0"], "--max-backoff 0: accepted: a whole number of seconds, 1 or more"),
+    ],
+)
+def test_bad_options_are_one_line_errors_before_anything_starts(
+    argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(bench, "build", lambda: pytest.fail("nothing may start on bad options"))
+    monkeypatch.setattr(bench.sys, "argv", ["controlplane_bench.py", "--tls", "tls", *argv])
+    with pytest.raises(SystemExit) as exit_:
+        bench.main()
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
