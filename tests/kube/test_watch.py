@@ -166,3 +166,27 @@ def test_stop_ends_the_watch_threads_promptly(apiserver: FakeApiServer, make_bac
     backend.stop()
     assert all(not t.is_alive() for t in backend._threads)
     assert not backend.ready()
+
+
+MANAGED = [{"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]
+
+
+def test_who_manages_which_field_is_not_kept_listed_or_watched(apiserver: FakeApiServer, make_backend: Make) -> None:
+    listed = gpu_pod("a")
+    listed["metadata"]["managedFields"] = MANAGED
+    listed["metadata"]["labels"] = {"team": "x"}
+    apiserver.put_pod(listed)
+    node = gpu_node("n1")
+    node["metadata"]["managedFields"] = MANAGED
+    apiserver.put_node(node)
+    _, recorder = started(make_backend, apiserver)
+    first = recorder.objects[(Kind.POD, "default/a")]
+    assert "managedFields" not in first["metadata"]
+    assert first["metadata"]["labels"] == {"team": "x"} and first["spec"] == listed["spec"]
+    assert "managedFields" not in recorder.objects[(Kind.NODE, "n1")]["metadata"]
+    watched = gpu_pod("b")
+    watched["metadata"]["managedFields"] = MANAGED
+    apiserver.put_pod(watched)
+    wait_until(lambda: (Kind.POD, "default/b") in recorder.objects, "the watched pod")
+    assert "managedFields" not in recorder.objects[(Kind.POD, "default/b")]["metadata"]
+    assert recorder.objects[(Kind.POD, "default/b")]["metadata"]["name"] == "b"
