@@ -311,8 +311,8 @@ def main() -> None:
     args = parser.parse_args()
     modes = args.modes.split(",")
     unknown = [m for m in modes if m not in MODES]
-    if unknown or not modes:
-        parser.error(f"--modes {args.modes}: unknown {', '.join(unknown) or 'none given'}; accepted: {','.join(MODES)}")
+    if unknown:
+        parser.error(f"--modes {args.modes}: unknown {', '.join(unknown)}; accepted: {','.join(MODES)}")
     if args.max_backoff is not None and args.max_backoff < 1:
         parser.error(f"--max-backoff {args.max_backoff}: accepted: a whole number of seconds, 1 or more")
     binary = build()

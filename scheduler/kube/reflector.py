@@ -43,9 +43,9 @@ def object_key(kind: Kind, obj: Mapping[str, Any]) -> str | None:
 def slim(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """``obj`` without ``metadata.managedFields``, as kube-scheduler's own informers keep objects.
 
-    Nothing here reads who manages which field, and that list is most of a pod's size once held
-    as Python objects: on 20,000 pods it was most of gpuslice's resident memory. The object is
-    not changed in place (a shallow copy along the one path)."""
+    Nothing here reads who manages which field; a pod that kubelets and controllers update
+    carries one field list per manager. The object is not changed in place (a shallow copy
+    along the one path)."""
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping) or "managedFields" not in meta:
         return obj

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import httpx
@@ -56,8 +57,6 @@ def test_an_api_error_on_the_first_try_is_raised_not_retried(status: int) -> Non
 
 
 def test_the_fitting_only_mix_has_no_pod_that_fits_nowhere_and_the_plain_mix_has_them() -> None:
-    import random
-
     rng_plain, rng_fitting = random.Random(11), random.Random(11)
     plain = [bench.shape(rng_plain, False) for _ in range(2000)]
     fitting = [bench.shape(rng_fitting, True) for _ in range(2000)]
