@@ -6,16 +6,16 @@ Steps, for pod P and node N:
 2. Under N's ledger (one lock per node in this process; across replicas, the ledger's
    compare-and-set): decide on the ledger as this process last wrote or read it, every entry
    kept, without a call. Where none is remembered, or that decision is "no" (a share freed
-   elsewhere since would not show in it), read the ledger and the pods bound to N, and drop
-   entries whose pod is gone, terminal, of another uid, bound elsewhere, or unbound for
-   longer than ``stale_allocation_s``. ``decide`` gets the records of the entries kept (the
-   ledger's record: a record edited on the pod after its bind does not free the share it
-   holds, and a record on a pod the ledger does not hold claims nothing). Write the ledger
-   with P's entry (phase allocating), guarded by the resourceVersion the decision was made
-   on: a version changed since is refused (409; a remembered one is forgotten), and the
-   ledger is read and decided on again, a bounded number of times with jittered, doubling
-   waits. An entry of a pod gone since stays until such a read or the sweep drops it: a share
-   held a little longer, never one given twice.
+   elsewhere since would not show in it), read the ledger and, where it holds entries of other
+   pods, the pods bound to N, and drop entries whose pod is gone, terminal, of another uid,
+   bound elsewhere, or unbound for longer than ``stale_allocation_s``. ``decide`` gets the
+   records of the entries kept (the ledger's record: a record edited on the pod after its
+   bind does not free the share it holds, and a record on a pod the ledger does not hold
+   claims nothing). Write the ledger with P's entry (phase allocating), guarded by the
+   resourceVersion the decision was made on: a version changed since is refused (409; a
+   remembered one is forgotten), and the ledger is read and decided on again, a bounded
+   number of times with jittered, doubling waits. An entry of a pod gone since stays until
+   such a read or the sweep drops it: a share held a little longer, never one given twice.
 3. Only where P carries annotations of ours (forged, or an earlier attempt's): merge-patch
    P's annotations, removing those this record does not set and writing the record (phase
    allocating); a Binding can add annotations, never remove one.
@@ -297,9 +297,11 @@ class Binder:
     ) -> tuple[dict[str, Entry], list[tuple[str, str]]]:
         """The ledger entries still valid, and the (pod, record) pairs ``decide`` must respect.
 
-        ``skip`` is the pod being bound: its earlier, unfinished attempt is replaced by this one."""
+        ``skip`` is the pod being bound: its earlier, unfinished attempt is replaced by this one.
+        The pods on the node are listed only where some entry is left to weigh (a node's first
+        bind, its ledger not made yet, lists nothing)."""
         if on_node is None:
-            on_node = self._on_node(node)
+            on_node = self._on_node(node) if any(key != skip for key in ledger.entries) else {}
         records: dict[str, str] = {}
         kept: dict[str, Entry] = {}
         for key, entry in ledger.entries.items():

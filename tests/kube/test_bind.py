@@ -110,6 +110,20 @@ def test_a_bind_writes_the_pod_once_and_reads_no_ledger_it_wrote(apiserver: Fake
     }
 
 
+def test_a_nodes_first_bind_lists_no_pods_and_a_ledger_read_with_entries_does(
+    apiserver: FakeApiServer, make_backend: Make
+) -> None:
+    # The pods on the node are read only to weigh the ledger's entries: with no ledger yet there
+    # is nothing to weigh. A process that remembers no ledger (a restart, another replica) reads
+    # it, and then weighs a's entry against the pods on the node.
+    node = setup_pods(apiserver, "a", "b")
+    assert bind(make_backend(), apiserver, node, "a").error == ""
+    assert apiserver.count("get", "configmaps") == 1 and apiserver.count("list", "pods") == 0
+    assert bind(make_backend(), apiserver, node, "b").error == ""
+    assert apiserver.count("get", "configmaps") == 2 and apiserver.count("list", "pods") == 1
+    assert set(ledger(apiserver)) == {"default/a", "default/b"}
+
+
 def test_annotations_of_ours_on_the_pod_are_patched_away_before_the_binding(
     apiserver: FakeApiServer, make_backend: Make
 ) -> None:
