@@ -1,10 +1,12 @@
 """Scheduling throughput and latency through the real control plane (tests/e2e/controlplane.py):
 kube-apiserver, the real kube-scheduler with the shipped KubeSchedulerConfiguration (its
 defaults, node sampling included) and, as its extender, gpuslice (default policy or binpack), a
-do-nothing extender (passes every node, scores 0, binds through the API), or none at all.
+do-nothing extender (passes every node, scores 0, binds through the API), the do-nothing
+extender binding as gpuslice binds (``noop-ledger``), or none at all.
 
     python benchmarks/controlplane_bench.py [--nodes 5000] [--pods 20000] [--runs 3]
-        [--modes default,binpack,noop,none] [--fitting-only] [--max-backoff SECONDS]
+        [--modes default,binpack,noop,noop-ledger,none] [--fitting-only] [--max-backoff SECONDS]
+        [--ledger-calls 4|3|2]
 
 Each run starts a fresh control plane, creates the nodes (8 GPUs each, the driver's mix of
 kinds) and then the pods (the driver's "many" mix: MIG, MPS, time-slicing, whole GPUs,
@@ -17,6 +19,14 @@ place). Modes alternate run by run; the table gives medians and ranges. Two knob
 the pods that fit nowhere cost (kube-scheduler asks the extender about them again after every
 back-off): ``--fitting-only`` leaves them out of the mix, ``--max-backoff`` sets kube-scheduler's
 ``podMaxBackoffSeconds`` (the shipped configuration keeps its default, 10 s).
+
+``noop-ledger`` splits gpuslice's gap in two: it decides nothing, as the do-nothing extender,
+but binds through gpuslice's own :class:`~scheduler.kube.binder.Binder` (the same client, the
+pod read, the node's ledger written by compare-and-set, the Binding carrying the record, the
+ledger entry marked bound), each pod given a record of no GPU. What it loses against ``noop``
+is the cost of gpuslice's bind protocol; what gpuslice loses against it is the cost of its
+accounting. ``--ledger-calls 3`` and ``2`` leave calls out of that bind (see :func:`ledger_bind`)
+to measure what each is worth.
 """
 
 from __future__ import annotations
@@ -48,7 +58,7 @@ from tests.e2e.controlplane import ApiError, Client, ControlPlane, build, free_p
 from tests.e2e.deployed import Gpuslice, apply_all, config_map, put_node, shipped  # noqa: E402
 
 NAMESPACE = "bench"
-MODES = ("default", "binpack", "noop", "none")
+MODES = ("default", "binpack", "noop", "noop-ledger", "none")
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -94,8 +104,53 @@ def retried(call: Any, *args: Any, tries: int = 3) -> Any:
     return None
 
 
-def noop_extender(port: int, tls: Path, api: str, ca: Path, token: str) -> None:
-    """The do-nothing extender: every node passes, every score is 0, the bind is the Binding."""
+def ledger_bind(api: str, ca: Path | None, token: str | None, calls: int = 4) -> Any:
+    """A bind through gpuslice's own Binder (in a worker thread, as gpuslice's bind runs), the
+    pod given a record of no GPU: gpuslice's bind protocol without its accounting. An async
+    function of the bind's arguments, returning the bind's error or "".
+
+    ``calls`` below 4 measures what the protocol's calls are worth by leaving some out (an
+    experiment: gpuslice itself always makes them): 3, the entry is not marked bound after the
+    Binding; 2, nor is the pod read first (it is taken as pending, with the uid kube-scheduler
+    gave: the Binding's uid precondition still refuses another pod)."""
+    import asyncio
+
+    from scheduler.backend import PodRef
+    from scheduler.core.allocation import Allocation
+    from scheduler.kube.api import KubeApi
+    from scheduler.kube.binder import Binder
+    from scheduler.kube.clock import SYSTEM_CLOCK
+    from scheduler.kube.options import KubeOptions
+
+    options = KubeOptions.build(namespace="gpuslice")
+    binder = Binder(
+        KubeApi.from_url(api, token, str(ca) if ca else None, True, options.request_timeout_s),
+        options,
+        SYSTEM_CLOCK,
+        random.Random(),
+    )
+    if calls <= 3:
+        binder._mark_bound = lambda _pod, _node: None  # type: ignore[method-assign]
+    if calls <= 2:
+
+        def pending(pod: PodRef) -> dict[str, Any]:
+            meta = {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}
+            return {"metadata": meta, "spec": {}, "status": {"phase": "Pending"}}
+
+        binder._current_pod = pending  # type: ignore[method-assign]
+
+    async def bind(args: dict[str, Any]) -> str:
+        pod = PodRef(args["PodNamespace"], args["PodName"], args["PodUID"])
+        node = args["Node"]
+        result = await asyncio.to_thread(binder.bind, pod, node, lambda _records: Allocation(node))
+        return result.error or ""
+
+    return bind
+
+
+def noop_extender(port: int, tls: Path, api: str, ca: Path, token: str, ledger_calls: int | None = None) -> None:
+    """The do-nothing extender: every node passes, every score is 0, the bind is the Binding
+    (with ``ledger_calls``: gpuslice's bind protocol, :func:`ledger_bind`)."""
     import uvicorn
 
     from benchmarks.extender_driver import noop_app
@@ -115,7 +170,7 @@ def noop_extender(port: int, tls: Path, api: str, ca: Path, token: str) -> None:
         answer = await client.post(path, json=binding)
         return "" if answer.status_code < 300 else answer.text[:200]
 
-    app = noop_app(bind)
+    app = noop_app(bind if ledger_calls is None else ledger_bind(api, ca, token, ledger_calls))
     uvicorn.run(
         app,
         host="127.0.0.1",
@@ -155,10 +210,11 @@ def run_once(binary: Path, mode: str, args: argparse.Namespace, tls: Path, seed:
             service.start(policy=None if mode == "default" else "binpack")
             assert service.process is not None
             extender_pid = service.process.pid
-        elif mode == "noop":
+        elif mode in ("noop", "noop-ledger"):
             token = admin.account_token("gpuslice", "gpuslice")
             noop = subprocess.Popen(
                 [sys.executable, __file__, "noop-extender", str(port), str(tls), plane.url, str(plane.ca), token]
+                + (["ledger", str(args.ledger_calls)] if mode == "noop-ledger" else [])
             )
             extender_pid = noop.pid
             deadline = time.monotonic() + 60
@@ -287,7 +343,8 @@ def table(results: dict[str, list[dict[str, Any]]]) -> str:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "noop-extender":
         port, tls, api, ca, token = sys.argv[2:7]
-        noop_extender(int(port), Path(tls), api, Path(ca), token)
+        calls = int(sys.argv[8]) if sys.argv[7:8] == ["ledger"] else None
+        noop_extender(int(port), Path(tls), api, Path(ca), token, calls)
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=5000)
@@ -308,11 +365,20 @@ def main() -> None:
         type=int,
         help="kube-scheduler's podMaxBackoffSeconds (default: the shipped configuration's, kube-scheduler's 10 s)",
     )
+    parser.add_argument(
+        "--ledger-calls",
+        type=int,
+        default=4,
+        help="noop-ledger's API calls a bind: 4 as gpuslice makes them; 3 without marking the entry bound;"
+        " 2 without reading the pod either (what those calls cost)",
+    )
     args = parser.parse_args()
     modes = args.modes.split(",")
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         parser.error(f"--modes {args.modes}: unknown {', '.join(unknown)}; accepted: {','.join(MODES)}")
+    if args.ledger_calls not in (2, 3, 4):
+        parser.error(f"--ledger-calls {args.ledger_calls}: accepted: 2, 3 or 4")
     if args.max_backoff is not None and args.max_backoff < 1:
         parser.error(f"--max-backoff {args.max_backoff}: accepted: a whole number of seconds, 1 or more")
     binary = build()
@@ -321,8 +387,10 @@ def main() -> None:
         for mode in results:
             got = run_once(binary, mode, args, args.tls, seed=run)
             results[mode].append(got)
-            print(json.dumps({"mode": mode, "run": run, **got}), flush=True)
-    print(table(results))
+            calls_of = {"ledger_calls": args.ledger_calls} if mode == "noop-ledger" else {}
+            print(json.dumps({"mode": mode, **calls_of, "run": run, **got}), flush=True)
+    calls = f" ({args.ledger_calls} API calls a bind)" if args.ledger_calls != 4 else ""
+    print(table({mode + (calls if mode == "noop-ledger" else ""): runs for mode, runs in results.items()}))
 
 
 if __name__ == "__main__":

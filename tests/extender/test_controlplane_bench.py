@@ -1,8 +1,11 @@
-"""The control-plane benchmark's retry of a creation cut short by the transport."""
+"""The control-plane benchmark: its retry of a creation cut short by the transport, its options, and
+the do-nothing extender that binds through gpuslice's own protocol (``noop-ledger``)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -10,6 +13,7 @@ import pytest
 
 from benchmarks import controlplane_bench as bench
 from tests.e2e.controlplane import ApiError
+from tests.fakes.apiserver import FakeApiServer
 
 
 @pytest.fixture(autouse=True)
@@ -68,8 +72,12 @@ def test_the_fitting_only_mix_has_no_pod_that_fits_nowhere_and_the_plain_mix_has
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--modes", "default,fast"], "--modes default,fast: unknown fast; accepted: default,binpack,noop,none"),
+        (
+            ["--modes", "default,fast"],
+            "--modes default,fast: unknown fast; accepted: default,binpack,noop,noop-ledger,none",
+        ),
         (["--max-backoff", "0"], "--max-backoff 0: accepted: a whole number of seconds, 1 or more"),
+        (["--ledger-calls", "1"], "--ledger-calls 1: accepted: 2, 3 or 4"),
     ],
 )
 def test_bad_options_are_one_line_errors_before_anything_starts(
@@ -81,3 +89,70 @@ def test_bad_options_are_one_line_errors_before_anything_starts(
         bench.main()
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    """A fake API server with two pending pods, bench/p and bench/q."""
+    with FakeApiServer() as server:
+        for name in ("p", "q"):
+            meta = {"name": name, "namespace": "bench", "uid": f"u-{name}"}
+            server.put_pod({"apiVersion": "v1", "kind": "Pod", "metadata": meta})
+        yield server
+
+
+def bind_to_node_1(api: FakeApiServer, bind: Any, name: str, uid: str) -> tuple[str, list[tuple[str, str]]]:
+    """The bind's error ("" when bound) and the API calls it made, in order."""
+    api.requests.clear()
+    error = asyncio.run(bind({"PodName": name, "PodNamespace": "bench", "PodUID": uid, "Node": "node-1"}))
+    return error, [(verb, resource) for verb, resource, _ in api.requests]
+
+
+def test_the_noop_ledger_extender_binds_through_gpuslices_own_protocol(api: FakeApiServer) -> None:
+    bind = bench.ledger_bind(api.url, None, None)
+    # the node's first bind: its ledger read (none yet) and made; nothing in it to weigh, so the
+    # pods on the node are not listed
+    assert bind_to_node_1(api, bind, "p", "u-p") == (
+        "",
+        [
+            ("get", "pods"),
+            ("get", "configmaps"),
+            ("create", "configmaps"),
+            ("create", "pods/binding"),
+            ("update", "configmaps"),
+        ],
+    )
+    # then as gpuslice binds: the pod read, the ledger's compare-and-set as last written, the
+    # Binding, the entry marked bound
+    assert bind_to_node_1(api, bind, "q", "u-q") == (
+        "",
+        [("get", "pods"), ("update", "configmaps"), ("create", "pods/binding"), ("update", "configmaps")],
+    )
+    for name in ("p", "q"):
+        pod = api.pod("bench", name)
+        assert pod is not None and pod["spec"]["nodeName"] == "node-1"
+        assert pod["metadata"]["annotations"]["gpuslice.io/bind-phase"] == "bound"
+    ledger = api.configmap("gpuslice", "gpuslice-node-node-1")
+    assert ledger is not None and ledger["data"]["ledger"].count('"bound"') == 2
+    # a pod of another uid is refused, as gpuslice refuses it
+    error, _ = bind_to_node_1(api, bind, "p", "u-other")
+    assert "uid" in error
+
+
+@pytest.mark.parametrize(
+    ("calls", "made"),
+    [
+        (3, [("get", "pods"), ("update", "configmaps"), ("create", "pods/binding")]),
+        (2, [("update", "configmaps"), ("create", "pods/binding")]),
+    ],
+)
+def test_the_noop_ledger_extender_leaves_out_the_calls_it_is_told_to(
+    api: FakeApiServer, calls: int, made: list[tuple[str, str]]
+) -> None:
+    bind = bench.ledger_bind(api.url, None, None, calls)
+    assert bind_to_node_1(api, bind, "p", "u-p")[0] == ""  # makes the node's ledger
+    assert bind_to_node_1(api, bind, "q", "u-q") == ("", made)
+    pod = api.pod("bench", "q")
+    assert pod is not None and pod["spec"]["nodeName"] == "node-1"
+    ledger = api.configmap("gpuslice", "gpuslice-node-node-1")
+    assert ledger is not None and ledger["data"]["ledger"].count('"allocating"') == 2  # never marked
