@@ -107,7 +107,9 @@ def retried(call: Any, *args: Any, tries: int = 3) -> Any:
 def ledger_bind(api: str, ca: Path | None, token: str | None, calls: int = 4) -> Any:
     """A bind through gpuslice's own Binder (in a worker thread, as gpuslice's bind runs), the
     pod given a record of no GPU: gpuslice's bind protocol without its accounting. An async
-    function of the bind's arguments, returning the bind's error or "".
+    function of the bind's arguments, returning the bind's error or "". It follows no watch, so
+    a node's first bind reads the node's ledger before making it (gpuslice, whose watch knows
+    the ledgers, makes it at once).
 
     ``calls`` below 4 measures what the protocol's calls are worth by leaving some out (an
     experiment: gpuslice itself always makes them): 3, the entry is not marked bound after the

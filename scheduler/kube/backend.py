@@ -26,7 +26,7 @@ from .binder import LEDGER_SELECTOR, Binder, Sweep
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import KubeError, NotFoundError
 from .events import NODE_EVENTS_NAMESPACE, node_event
-from .ledger import decode_entries
+from .ledger import decode_entries, ledger_name
 from .options import KubeOptions
 from .reflector import Reflector
 
@@ -65,7 +65,7 @@ class KubeBackend:
         self.options = options or KubeOptions()
         self._clock = clock
         self._rng = rng or random.Random()
-        self._binder = Binder(api, self.options, clock, self._rng)
+        self._binder = Binder(api, self.options, clock, self._rng, self._ledger_absent)
         self._stop = threading.Event()
         self._emit_lock = threading.Lock()
         self._reflectors: list[Reflector] = []
@@ -176,6 +176,10 @@ class KubeBackend:
 
     def _ledger_change(self, change: Change) -> Change:
         return ledger_change(change, self.options.prefix, self._ledger_nodes)
+
+    def _ledger_absent(self, node: str) -> bool:
+        """Whether the ledgers' watch, synced, knows no ledger ConfigMap of ``node``."""
+        return self._synced and f"{self.options.namespace}/{ledger_name(node)}" not in self._ledger_nodes
 
     def _first_list(self, reflector: Reflector) -> str:
         deadline = self._clock.monotonic() + self.options.start_timeout_s

@@ -5,17 +5,19 @@ Steps, for pod P and node N:
 1. GET P. Gone, another uid, or terminal: fail. Already on N with a record: done (idempotent).
 2. Under N's ledger (one lock per node in this process; across replicas, the ledger's
    compare-and-set): decide on the ledger as this process last wrote or read it, every entry
-   kept, without a call. Where none is remembered, or that decision is "no" (a share freed
-   elsewhere since would not show in it), read the ledger and, where it holds entries of other
-   pods, the pods bound to N, and drop entries whose pod is gone, terminal, of another uid,
-   bound elsewhere, or unbound for longer than ``stale_allocation_s``. ``decide`` gets the
-   records of the entries kept (the ledger's record: a record edited on the pod after its
-   bind does not free the share it holds, and a record on a pod the ledger does not hold
-   claims nothing). Write the ledger with P's entry (phase allocating), guarded by the
-   resourceVersion the decision was made on: a version changed since is refused (409; a
-   remembered one is forgotten), and the ledger is read and decided on again, a bounded
-   number of times with jittered, doubling waits. An entry of a pod gone since stays until
-   such a read or the sweep drops it: a share held a little longer, never one given twice.
+   kept, without a call; where it remembers none and the ledgers' watch knows none either, on
+   an empty ledger, which the write creates (refused if one exists after all). Where none is
+   remembered, or that decision is "no" (a share freed elsewhere since would not show in it),
+   read the ledger and, where it holds entries of other pods, the pods bound to N, and drop
+   entries whose pod is gone, terminal, of another uid, bound elsewhere, or unbound for longer
+   than ``stale_allocation_s``. ``decide`` gets the records of the entries kept (the ledger's
+   record: a record edited on the pod after its bind does not free the share it holds, and a
+   record on a pod the ledger does not hold claims nothing). Write the ledger with P's entry
+   (phase allocating), guarded by the resourceVersion the decision was made on: a version
+   changed since is refused (409; a remembered one is forgotten), and the ledger is read and
+   decided on again, a bounded number of times with jittered, doubling waits. An entry of a pod
+   gone since stays until such a read or the sweep drops it: a share held a little longer,
+   never one given twice.
 3. Only where P carries annotations of ours (forged, or an earlier attempt's): merge-patch
    P's annotations, removing those this record does not set and writing the record (phase
    allocating); a Binding can add annotations, never remove one.
@@ -92,11 +94,22 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 class Binder:
-    def __init__(self, api: KubeApi, options: KubeOptions, clock: Clock, rng: random.Random) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        options: KubeOptions,
+        clock: Clock,
+        rng: random.Random,
+        ledger_absent: Callable[[str], bool] | None = None,
+    ) -> None:
+        """``ledger_absent(node)``: the watch of the ledgers, synced, knows none of ``node`` (a
+        node's first bind then makes its ledger without reading it first: the create fails if
+        one exists after all, and the ledger is read as after any conflict)."""
         self._api = api
         self._options = options
         self._clock = clock
         self._rng = rng
+        self._ledger_absent = ledger_absent
         self._ledgers = LedgerStore(api, options.namespace, options.prefix)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -233,6 +246,8 @@ class Binder:
                 # that version (a share freed elsewhere since would not show in it), reads it
                 # again from the API server.
                 ledger = self._ledgers.known(node)  # a failed write forgets it
+                if ledger is None and attempt == 0 and self._ledger_absent is not None and self._ledger_absent(node):
+                    ledger = Ledger(node, None, {})  # none yet, as the watch knows: made by the write
                 if ledger is not None:
                     entries, outcome = self._decide(ledger, pod, decide, remembered=True)
                 if ledger is None or isinstance(outcome, str):

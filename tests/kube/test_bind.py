@@ -13,7 +13,7 @@ from scheduler.backend import PodRef
 from scheduler.core.allocation import decode_record
 from scheduler.kube import KubeBackend, ledger_name
 from tests.fakes import FakeApiServer, FakeClock
-from tests.kube.conftest import decide_for, gpu_node, gpu_pod
+from tests.kube.conftest import Recorder, decide_for, gpu_node, gpu_pod
 
 Make = Callable[..., KubeBackend]
 PREFIX = "gpuslice.io/"
@@ -121,6 +121,37 @@ def test_a_nodes_first_bind_lists_no_pods_and_a_ledger_read_with_entries_does(
     assert apiserver.count("get", "configmaps") == 1 and apiserver.count("list", "pods") == 0
     assert bind(make_backend(), apiserver, node, "b").error == ""
     assert apiserver.count("get", "configmaps") == 2 and apiserver.count("list", "pods") == 1
+    assert set(ledger(apiserver)) == {"default/a", "default/b"}
+
+
+def test_a_synced_backend_makes_a_nodes_first_ledger_without_reading_it(
+    apiserver: FakeApiServer, make_backend: Make
+) -> None:
+    # The ledgers' watch knows none of n1: the first bind creates it at once (no read, no list).
+    node = setup_pods(apiserver, "a")
+    backend = make_backend()
+    backend.start(Recorder())
+    listed = apiserver.count("list", "pods")  # the watch's own first list
+    try:
+        assert bind(backend, apiserver, node, "a").error == ""
+    finally:
+        backend.stop()
+    assert apiserver.count("get", "configmaps") == 0 and apiserver.count("list", "pods") == listed
+    assert apiserver.count("create", "configmaps") == 1
+    assert set(ledger(apiserver)) == {"default/a"}
+
+
+def test_a_ledger_the_watch_has_not_shown_yet_is_read_when_its_creation_is_refused(
+    apiserver: FakeApiServer, make_backend: Make
+) -> None:
+    # Another replica made n1's ledger (a's entry) a moment ago, before this process's watch
+    # shows it: the create is refused (it exists), the ledger is read, a's entry kept.
+    node = setup_pods(apiserver, "a", "b")
+    assert bind(make_backend(), apiserver, node, "a").error == ""
+    late = make_backend()
+    late._binder._ledger_absent = lambda _node: True  # as a watch that has not caught up
+    assert bind(late, apiserver, node, "b").error == ""
+    assert apiserver.count("create", "configmaps") == 2  # a's, and b's refused one
     assert set(ledger(apiserver)) == {"default/a", "default/b"}
 
 
