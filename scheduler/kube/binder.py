@@ -104,12 +104,13 @@ class Binder:
     ) -> None:
         """``ledger_absent(node)``: the watch of the ledgers, synced, knows none of ``node`` (a
         node's first bind then makes its ledger without reading it first: the create fails if
-        one exists after all, and the ledger is read as after any conflict)."""
+        one exists after all, and the ledger is read as after any conflict). Without it, a
+        ledger this process remembers none of is always read."""
         self._api = api
         self._options = options
         self._clock = clock
         self._rng = rng
-        self._ledger_absent = ledger_absent
+        self._ledger_absent = ledger_absent or (lambda _node: False)
         self._ledgers = LedgerStore(api, options.namespace, options.prefix)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -246,7 +247,7 @@ class Binder:
                 # that version (a share freed elsewhere since would not show in it), reads it
                 # again from the API server.
                 ledger = self._ledgers.known(node)  # a failed write forgets it
-                if ledger is None and attempt == 0 and self._ledger_absent is not None and self._ledger_absent(node):
+                if ledger is None and attempt == 0 and self._ledger_absent(node):
                     ledger = Ledger(node, None, {})  # none yet, as the watch knows: made by the write
                 if ledger is not None:
                     entries, outcome = self._decide(ledger, pod, decide, remembered=True)
