@@ -6,7 +6,7 @@ extender binding as gpuslice binds (``noop-ledger``), or none at all.
 
     python benchmarks/controlplane_bench.py [--nodes 5000] [--pods 20000] [--runs 3]
         [--modes default,binpack,noop,noop-ledger,none] [--fitting-only] [--max-backoff SECONDS]
-        [--ledger-calls 4|3|2]
+        [--ledger-calls 3|2]
 
 Each run starts a fresh control plane, creates the nodes (8 GPUs each, the driver's mix of
 kinds) and then the pods (the driver's "many" mix: MIG, MPS, time-slicing, whole GPUs,
@@ -22,11 +22,10 @@ back-off): ``--fitting-only`` leaves them out of the mix, ``--max-backoff`` sets
 
 ``noop-ledger`` splits gpuslice's gap in two: it decides nothing, as the do-nothing extender,
 but binds through gpuslice's own :class:`~scheduler.kube.binder.Binder` (the same client, the
-pod read, the node's ledger written by compare-and-set, the Binding carrying the record, the
-ledger entry marked bound), each pod given a record of no GPU. What it loses against ``noop``
-is the cost of gpuslice's bind protocol; what gpuslice loses against it is the cost of its
-accounting. ``--ledger-calls 3`` and ``2`` leave calls out of that bind (see :func:`ledger_bind`)
-to measure what each is worth.
+pod read, the node's ledger written by compare-and-set, the Binding carrying the record), each
+pod given a record of no GPU. What it loses against ``noop`` is the cost of gpuslice's bind
+protocol; what gpuslice loses against it is the cost of its accounting. ``--ledger-calls 2``
+leaves the pod read out of that bind (see :func:`ledger_bind`) to measure what it is worth.
 """
 
 from __future__ import annotations
@@ -104,17 +103,17 @@ def retried(call: Any, *args: Any, tries: int = 3) -> Any:
     return None
 
 
-def ledger_bind(api: str, ca: Path | None, token: str | None, calls: int = 4) -> Any:
+def ledger_bind(api: str, ca: Path | None, token: str | None, calls: int = 3) -> Any:
     """A bind through gpuslice's own Binder (in a worker thread, as gpuslice's bind runs), the
     pod given a record of no GPU: gpuslice's bind protocol without its accounting. An async
     function of the bind's arguments, returning the bind's error or "". It follows no watch, so
     a node's first bind reads the node's ledger before making it (gpuslice, whose watch knows
     the ledgers, makes it at once).
 
-    ``calls`` below 4 measures what the protocol's calls are worth by leaving some out (an
-    experiment: gpuslice itself always makes them): 3, the entry is not marked bound after the
-    Binding; 2, nor is the pod read first (it is taken as pending, with the uid kube-scheduler
-    gave: the Binding's uid precondition still refuses another pod)."""
+    ``calls``: 3, as gpuslice binds (the pod read, the ledger's compare-and-set, the Binding);
+    2 measures what the pod read is worth by leaving it out (an experiment: gpuslice always
+    reads the pod): it is taken as pending, with the uid kube-scheduler gave (the Binding's uid
+    precondition still refuses another pod)."""
     import asyncio
 
     from scheduler.backend import PodRef
@@ -131,8 +130,6 @@ def ledger_bind(api: str, ca: Path | None, token: str | None, calls: int = 4) ->
         SYSTEM_CLOCK,
         random.Random(),
     )
-    if calls <= 3:
-        binder._mark_bound = lambda _pod, _node: None  # type: ignore[method-assign]
     if calls <= 2:
 
         def pending(pod: PodRef) -> dict[str, Any]:
@@ -370,17 +367,17 @@ def main() -> None:
     parser.add_argument(
         "--ledger-calls",
         type=int,
-        default=4,
-        help="noop-ledger's API calls a bind: 4 as gpuslice makes them; 3 without marking the entry bound;"
-        " 2 without reading the pod either (what those calls cost)",
+        default=3,
+        help="noop-ledger's API calls a bind: 3 as gpuslice makes them; 2 without reading the pod first"
+        " (what that call costs)",
     )
     args = parser.parse_args()
     modes = args.modes.split(",")
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         parser.error(f"--modes {args.modes}: unknown {', '.join(unknown)}; accepted: {','.join(MODES)}")
-    if args.ledger_calls not in (2, 3, 4):
-        parser.error(f"--ledger-calls {args.ledger_calls}: accepted: 2, 3 or 4")
+    if args.ledger_calls not in (2, 3):
+        parser.error(f"--ledger-calls {args.ledger_calls}: accepted: 2 or 3")
     if args.max_backoff is not None and args.max_backoff < 1:
         parser.error(f"--max-backoff {args.max_backoff}: accepted: a whole number of seconds, 1 or more")
     binary = build()
@@ -391,7 +388,7 @@ def main() -> None:
             results[mode].append(got)
             calls_of = {"ledger_calls": args.ledger_calls} if mode == "noop-ledger" else {}
             print(json.dumps({"mode": mode, **calls_of, "run": run, **got}), flush=True)
-    calls = f" ({args.ledger_calls} API calls a bind)" if args.ledger_calls != 4 else ""
+    calls = f" ({args.ledger_calls} API calls a bind)" if args.ledger_calls != 3 else ""
     print(table({mode + (calls if mode == "noop-ledger" else ""): runs for mode, runs in results.items()}))
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from scheduler.backend import Admit, BindResult, Change, Decide, Kind, PodRef
+from scheduler.core.pods import has_ended, node_of, uid_of
 
 from .api import KubeApi
 from .binder import LEDGER_SELECTOR, Binder, Sweep
@@ -65,13 +66,14 @@ class KubeBackend:
         self.options = options or KubeOptions()
         self._clock = clock
         self._rng = rng or random.Random()
-        self._binder = Binder(api, self.options, clock, self._rng, self._ledger_absent)
         self._stop = threading.Event()
         self._emit_lock = threading.Lock()
         self._reflectors: list[Reflector] = []
         self._threads: list[threading.Thread] = []
         self._synced = False
         self._ledger_nodes: dict[str, str] = {}  # ledger ConfigMap key -> its node
+        self._placed: dict[str, tuple[str, str]] = {}  # pod key -> (uid, node) of pods watched bound, not ended
+        self._binder = Binder(api, self.options, clock, self._rng, self._ledger_absent, self._placed.get)
 
     # ------------------------------------------------------------ construction
 
@@ -147,9 +149,12 @@ class KubeBackend:
             namespace=self.options.namespace,
             label_selector=LEDGER_SELECTOR,
         )
+        sinks: tuple[tuple[Kind, Callable[[Change], None]], ...] = (
+            (Kind.NODE, emit),
+            (Kind.POD, lambda change: emit(self._pod_change(change))),
+        )
         self._reflectors = [
-            Reflector(self.api, kind, emit, self.options, self._clock, self._stop, self._rng)
-            for kind in (Kind.NODE, Kind.POD)
+            Reflector(self.api, kind, sink, self.options, self._clock, self._stop, self._rng) for kind, sink in sinks
         ]
         # The ledgers first: each pod's bound record is then weighed against them as it arrives.
         ledger_version = self._first_list(ledgers)
@@ -173,6 +178,15 @@ class KubeBackend:
         sweeper.start()
         self._threads.append(sweeper)
         log.info("synced: %d nodes, %d pods", len(self._reflectors[0].known), len(self._reflectors[1].known))
+
+    def _pod_change(self, change: Change) -> Change:
+        """``change``, its pod's placement remembered: uid and node while bound and not ended."""
+        obj = change.obj
+        if obj is not None and node_of(obj) and not has_ended(obj):
+            self._placed[change.key] = (uid_of(obj), node_of(obj))
+        else:
+            self._placed.pop(change.key, None)
+        return change
 
     def _ledger_change(self, change: Change) -> Change:
         return ledger_change(change, self.options.prefix, self._ledger_nodes)
@@ -242,8 +256,7 @@ class KubeBackend:
     def sweep(self) -> Sweep:
         """One pass of the cleanup the sweeper thread runs every ``sweep_interval_s``
         (:meth:`Binder.sweep <scheduler.kube.binder.Binder.sweep>`)."""
-        pods = self._reflectors[1].known if len(self._reflectors) > 1 else None
-        return self._binder.sweep(pods.__contains__ if pods is not None else None)
+        return self._binder.sweep()
 
     def _sweep_loop(self) -> None:
         while not self._stop.wait(self.options.sweep_interval_s):

@@ -24,7 +24,10 @@ Steps, for pod P and node N:
 4. Create the Binding, with P's uid as precondition and the record and ``bind-phase: bound``
    in its annotations, which the API server copies onto the pod as it sets
    ``spec.nodeName``: record, phase and node change in one write.
-5. Mark the entry bound in the ledger (best effort: a live pod on N counts either way).
+An entry's phase says what its writer knew: ``allocating`` for the entry a bind writes, ``bound``
+for the entries of pods the pods' watch showed bound on N when the ledger was written next (by
+another bind or the sweep). Nothing decides on the phase: a live pod on N with the entry's uid
+counts, whatever its entry says, and the bind makes no call to mark its own entry.
 
 A failure in 2-3, or a Binding refused with a 4xx, undoes what was written (the ledger
 entry, by compare-and-set, and the annotations). A Binding that got no answer or a 5xx
@@ -43,7 +46,8 @@ another scheduler, or one gpuslice never bound, may carry ``bind-phase: bound`` 
 left (a crash, a timeout whose write landed after its undo): ledger entries of pods
 gone, ended, bound elsewhere or unbound past ``stale_allocation_s`` are dropped, entries
 of bound pods are marked bound, and a record of ours on an unbound pod that no ledger
-entry vouches for is removed once stale. So nothing half-written outlives
+entry vouches for is removed once stale. It visits only the ledgers holding an entry whose
+pod the pods' watch does not show live and bound on that node with that uid. So nothing half-written outlives
 ``stale_allocation_s + sweep_interval_s``.
 """
 
@@ -75,6 +79,7 @@ log = logging.getLogger("gpuslice.kube.bind")
 # Annotations gpuslice writes on pods; a bind sets its own and removes any other left there.
 POD_OUTPUT_KEYS = tuple(sorted(OUTPUT_KEYS - {"inventory"}))
 LEDGER_SELECTOR = ",".join(f"{k}={v}" for k, v in sorted(MANAGED_BY.items()))
+Placed = Callable[[str], "tuple[str, str] | None"]  # pod key -> (uid, node) where watched bound, live
 
 
 @dataclass(slots=True)
@@ -101,16 +106,21 @@ class Binder:
         clock: Clock,
         rng: random.Random,
         ledger_absent: Callable[[str], bool] | None = None,
+        placed: Placed | None = None,
     ) -> None:
         """``ledger_absent(node)``: the watch of the ledgers, synced, knows none of ``node`` (a
         node's first bind then makes its ledger without reading it first: the create fails if
         one exists after all, and the ledger is read as after any conflict). Without it, a
-        ledger this process remembers none of is always read."""
+        ledger this process remembers none of is always read. ``placed(pod key)``: the pod's
+        uid and node where the pods' watch shows it bound and not ended, else None (what marks
+        entries bound as a ledger is written, and tells the sweep which ledgers to visit);
+        without it nothing is known placed (the sweep visits every ledger with entries)."""
         self._api = api
         self._options = options
         self._clock = clock
         self._rng = rng
         self._ledger_absent = ledger_absent or (lambda _node: False)
+        self._placed: Placed = placed or (lambda _key: None)
         self._ledgers = LedgerStore(api, options.namespace, options.prefix)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -189,7 +199,6 @@ class Binder:
                 node,
                 extra={"pod": pod.key, "node": node},
             )
-        self._mark_bound(pod, node)
         return BindResult(allocation=reserved)
 
     def _current_pod(self, pod: PodRef) -> Mapping[str, Any] | str:
@@ -259,6 +268,7 @@ class Binder:
                 if outcome.node != node:
                     return f"the allocation decided for {pod.key} is on {outcome.node}, not {node}"
                 entry = Entry(pod.uid, encode_record(outcome, stamp), ALLOCATING, stamp)
+                entries = self._marked(node, entries)
                 entries[pod.key] = entry
                 try:
                     self._ledgers.write(ledger, entries)
@@ -294,6 +304,14 @@ class Binder:
             return entries, decide(records)
         except GpusliceError as exc:
             return entries, str(exc)
+
+    def _marked(self, node: str, entries: Mapping[str, Entry]) -> dict[str, Entry]:
+        """``entries`` with those of pods the watch shows bound on ``node`` (their uid) marked bound."""
+        placed = self._placed
+        return {
+            key: Entry(e.uid, e.record, BOUND, e.time) if e.phase != BOUND and placed(key) == (e.uid, node) else e
+            for key, e in entries.items()
+        }
 
     def _pause(self, attempt: int) -> None:
         limit = min(self._options.conflict_backoff_s * 2**attempt, 1.0)
@@ -385,12 +403,12 @@ class Binder:
 
     # ------------------------------------------------------------ the sweep
 
-    def sweep(self, known_pod: Callable[[str], bool] | None = None) -> Sweep:
+    def sweep(self) -> Sweep:
         """Clean what interrupted binds left behind, on every node (see the module docstring).
 
-        ``known_pod(key)`` says whether the watch still knows a pod: ledgers whose entries are
-        all bound to known pods are skipped without a call. Every write is a compare-and-set
-        (the ledger) or resourceVersion-guarded (the pod), so replicas may sweep at once.
+        Ledgers whose every entry's pod the watch shows bound on the ledger's node (``placed``)
+        are skipped without a call. Every write is a compare-and-set (the ledger) or
+        resourceVersion-guarded (the pod), so replicas may sweep at once.
         """
         report = Sweep()
         try:
@@ -408,7 +426,7 @@ class Binder:
                 continue
             data = cm.get("data")
             raw = data.get("ledger") if isinstance(data, Mapping) else None
-            if not self._worth_sweeping(node, raw, known_pod):
+            if not self._worth_sweeping(node, raw):
                 continue
             report.ledgers += 1
             try:
@@ -432,12 +450,11 @@ class Binder:
             )
         return report
 
-    def _worth_sweeping(self, node: str, raw: object, known_pod: Callable[[str], bool] | None) -> bool:
-        """Whether a ledger may hold something to clean: an entry still allocating, or of a pod the watch lost."""
-        entries = decode_entries(node, raw)
-        if known_pod is None:
-            return bool(entries)
-        return any(e.phase != BOUND or not known_pod(key) for key, e in entries.items())
+    def _worth_sweeping(self, node: str, raw: object) -> bool:
+        """Whether a ledger may hold something to clean: an entry whose pod the watch does not
+        show bound on ``node`` (unbound yet, gone, ended, recreated or bound elsewhere)."""
+        placed = self._placed
+        return any(placed(key) != (e.uid, node) for key, e in decode_entries(node, raw).items())
 
     def _sweep_node(self, node: str, report: Sweep) -> dict[str, Entry]:
         with self._node_lock(node):
@@ -507,30 +524,6 @@ class Binder:
         return (
             "the Binding may still land, so the share stays reserved until the pod's next bind "
             f"or for {self._options.stale_allocation_s:g}s"
-        )
-
-    def _mark_bound(self, pod: PodRef, node: str) -> None:
-        problem = f"{self._options.conflict_retries} conflicting writes"
-        for attempt in range(self._options.conflict_retries):
-            try:
-                ledger = self._ledgers.known(node) or self._ledgers.read(node)  # a failed write forgets it
-                entry = ledger.entries.get(pod.key)
-                if entry is None or entry.uid != pod.uid or entry.phase == BOUND:
-                    return
-                marked = Entry(entry.uid, entry.record, BOUND, entry.time)
-                self._ledgers.write(ledger, {**ledger.entries, pod.key: marked})
-                return
-            except ConflictError:
-                self._pause(attempt)
-            except KubeError as exc:
-                problem = str(exc)
-                break
-        log.warning(
-            "%s is bound to %s, but its ledger entry is still marked allocating (%s)",
-            pod.key,
-            node,
-            problem,
-            extra={"pod": pod.key, "node": node},
         )
 
     def _undo(self, pod: PodRef, node: str, annotations: Mapping[str, str] | None) -> str:

@@ -158,7 +158,8 @@ class Fault:
 
     The first ``skip`` matching requests pass; the next ``times`` (None: all) wait ``delay_s``
     and then answer ``status`` (None: served normally after the delay). With ``apply`` the
-    request takes effect before the error is answered (a write whose answer was lost). With
+    request takes effect at once, before the delay and the error (a write whose answer was
+    lost, or is slow to come). With
     ``body`` the answer is that raw text, with ``status``, instead of a Status object.
     """
 
@@ -753,14 +754,14 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 verb, resource, namespace, name = self._route(method, parts[2:], query)
             fault = self.fake._take_fault(verb, resource, name)
+            if fault is not None and fault.apply and fault.status is not None:
+                self._serve(verb, resource, namespace, name, query, body, reply=False)
             if fault is not None and fault.delay_s and self.fake._closing.wait(fault.delay_s):
                 return
             if fault is not None and fault.body is not None:
                 self._reply_raw(fault.status or 200, fault.body.encode())
                 return
             if fault is not None and fault.status is not None:
-                if fault.apply:
-                    self._serve(verb, resource, namespace, name, query, body, reply=False)
                 raise ApiFailure(fault.status, fault.message)
             self._serve(verb, resource, namespace, name, query, body, reply=True)
         except ApiFailure as exc:

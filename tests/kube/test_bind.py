@@ -13,7 +13,7 @@ from scheduler.backend import PodRef
 from scheduler.core.allocation import decode_record
 from scheduler.kube import KubeBackend, ledger_name
 from tests.fakes import FakeApiServer, FakeClock
-from tests.kube.conftest import Recorder, decide_for, gpu_node, gpu_pod
+from tests.kube.conftest import Recorder, decide_for, gpu_node, gpu_pod, wait_until
 
 Make = Callable[..., KubeBackend]
 PREFIX = "gpuslice.io/"
@@ -85,7 +85,7 @@ def test_bind_writes_ledger_record_and_binding(apiserver: FakeApiServer, make_ba
     assert entry == {
         "uid": "uid-a",
         "record": notes[PREFIX + "allocation"],
-        "phase": "bound",
+        "phase": "allocating",  # as written; marked bound by the node's next write once watched bound
         "time": "2024-05-01T12:00:00Z",
     }
     cm = apiserver.configmap(LEDGER_NS, "gpuslice-node-n1")
@@ -104,7 +104,7 @@ def test_a_bind_writes_the_pod_once_and_reads_no_ledger_it_wrote(apiserver: Fake
     assert apiserver.count("patch", "pods") == 0
     assert apiserver.count("create", "pods/binding") == 2
     assert set(ledger(apiserver)) == {"default/a", "default/b"}
-    assert {e["phase"] for e in ledger(apiserver).values()} == {"bound"}
+    assert apiserver.count("update", "configmaps") == 1  # b's entry: nothing marks a's bound after its Binding
     assert record_keys(apiserver, "b") == {
         PREFIX + k for k in ("allocation", "bind-phase", "visible-devices", "mps-memory-limit", "mps-thread-percentage")
     }
@@ -139,6 +139,43 @@ def test_a_synced_backend_makes_a_nodes_first_ledger_without_reading_it(
     assert apiserver.count("get", "configmaps") == 0 and apiserver.count("list", "pods") == listed
     assert apiserver.count("create", "configmaps") == 1
     assert set(ledger(apiserver)) == {"default/a"}
+
+
+def test_entries_of_pods_watched_bound_are_marked_by_the_nodes_next_write_and_not_swept(
+    apiserver: FakeApiServer, make_backend: Make
+) -> None:
+    # A bind makes three calls (pod read, ledger, Binding): its entry stays "allocating" until the
+    # node's ledger is written next, which marks bound the entries of pods the watch shows bound
+    # there. The sweep visits no ledger whose every pod the watch shows bound on its node.
+    node = setup_pods(apiserver, "a", "b")
+    backend = make_backend()
+    backend.start(Recorder())
+    try:
+        assert bind(backend, apiserver, node, "a").error == ""
+        assert ledger(apiserver)["default/a"]["phase"] == "allocating"
+        wait_until(lambda: backend._placed.get("default/a") == ("uid-a", "n1"), "a watched bound")
+        before = apiserver.count("update", "configmaps")
+        assert bind(backend, apiserver, node, "b").error == ""
+        assert apiserver.count("update", "configmaps") == before + 1  # b's entry alone: no marking call
+        assert {k: e["phase"] for k, e in ledger(apiserver).items()} == {
+            "default/a": "bound",
+            "default/b": "allocating",
+        }
+        wait_until(lambda: backend._placed.get("default/b") == ("uid-b", "n1"), "b watched bound")
+        calls = len(apiserver.requests)
+        report = backend.sweep()
+        assert report.ledgers == 0  # every entry's pod watched bound on n1: not visited
+        assert {(verb, resource) for verb, resource, _ in apiserver.requests[calls:]} == {
+            ("list", "configmaps"),  # the ledgers
+            ("list", "pods"),  # the unbound pods (records nothing vouches for)
+        }
+        apiserver.delete_pod("default", "a")
+        wait_until(lambda: "default/a" not in backend._placed, "a's deletion watched")
+        report = backend.sweep()  # a's entry: its pod gone, so n1's ledger is visited, a's entry dropped
+        assert (report.ledgers, report.entries_dropped) == (1, 1)
+        assert {k: e["phase"] for k, e in ledger(apiserver).items()} == {"default/b": "bound"}
+    finally:
+        backend.stop()
 
 
 def test_a_ledger_the_watch_has_not_shown_yet_is_read_when_its_creation_is_refused(
@@ -316,7 +353,7 @@ def test_a_binding_that_happened_despite_an_error_answer_counts_as_bound(
     apiserver.fault("create", "pods/binding", status=504, apply=True)  # done, but the answer is an error
     result = bind(make_backend(), apiserver, node, "a")
     assert result.error == "" and result.allocation is not None
-    assert ledger(apiserver)["default/a"]["phase"] == "bound"
+    assert ledger(apiserver)["default/a"]["uid"] == "uid-a"  # the share stays counted
 
 
 def test_an_unanswered_binding_keeps_the_share_reserved(

@@ -38,12 +38,12 @@ from .harness import (
 
 STALE_S = 2.0
 SWEEP_S = 0.5
-# Which bind freezes where: (pod, node, the call that hangs, its name, matching calls let through first)
+# Which bind freezes where: (pod, node, the call that hangs, its name, whether it takes effect first)
 STEPS = (
-    ("cas", "n1", ("create", "pods/binding"), "cas", 0),  # ledger entry written; no Binding
+    ("cas", "n1", ("create", "pods/binding"), "cas", False),  # ledger entry written; no Binding
     # a pod carrying an annotation of ours (LEFTOVER) is patched before its Binding:
-    ("rec", "n2", ("create", "pods/binding"), "rec", 0),  # record patched on the pod; no Binding
-    ("bnd", "n3", ("update", "configmaps"), ledger_name("n3"), 0),  # Binding done; ledger not marked bound
+    ("rec", "n2", ("create", "pods/binding"), "rec", False),  # record patched on the pod; no Binding
+    ("bnd", "n3", ("create", "pods/binding"), "bnd", True),  # Binding done; its answer never came
 )
 LEFTOVER = {PREFIX + "bound-at": "2024-01-01T00:00:00Z"}  # forged, or left by an older version
 
@@ -73,8 +73,8 @@ def test_sigkill_at_every_step_of_a_bind(api: CountingApiServer, tmp_path: Path)
     second = None
     try:
         first.wait_ready()
-        for _, _, (verb, resource), name, skip in STEPS:
-            api.fault(verb, resource, name=name, skip=skip, delay_s=300, status=503)  # never applied
+        for _, _, (verb, resource), name, applied in STEPS:
+            api.fault(verb, resource, name=name, delay_s=300, status=503, apply=applied)
         results: dict[str, str] = {}
 
         def kube_scheduler(pod: str, node: str) -> None:
@@ -87,12 +87,9 @@ def test_sigkill_at_every_step_of_a_bind(api: CountingApiServer, tmp_path: Path)
         threads = [threading.Thread(target=kube_scheduler, args=(pod, node)) for pod, node, *_ in STEPS]
         for thread in threads:
             thread.start()
-        frozen = [("create", "pods/binding", "cas"), ("create", "pods/binding", "rec")]
+        frozen = [("create", "pods/binding", pod) for pod in ("cas", "rec", "bnd")]
         wait_for(
-            lambda: (
-                all(call in api.requests for call in frozen)
-                and ("update", "configmaps", ledger_name("n3")) in api.requests
-            ),
+            lambda: all(call in api.requests for call in frozen),
             "the three binds to freeze at their steps",
             timeout_s=30,
         )
@@ -121,12 +118,12 @@ def test_sigkill_at_every_step_of_a_bind(api: CountingApiServer, tmp_path: Path)
         # What the killed binds left is gone within the stale interval plus one sweep
         # (+1 s: record timestamps have whole seconds; +2 s for a loaded machine)
         took = wait_for(
-            lambda: audit(api).clean and entries(api, "n3") == {"default/bnd": "bound"},
+            lambda: audit(api).clean and entries(api, "n1") == {} and entries(api, "n2") == {},
             "the sweep to clean up",
             timeout_s=STALE_S + SWEEP_S + 3,
         )
         assert took <= STALE_S + SWEEP_S + 3
-        assert entries(api, "n1") == {} and entries(api, "n2") == {}
+        assert entries(api, "n3") == {"default/bnd": "allocating"}  # kept: its pod is bound there
         assert "allocation" not in notes(api, "rec")
         print(f"cleaned {time.monotonic() - ready_at:.2f}s after the restart")
 
@@ -143,6 +140,7 @@ def test_sigkill_at_every_step_of_a_bind(api: CountingApiServer, tmp_path: Path)
         assert all("no share" in outcomes[y] for y in ("y1", "y2", "y3")), outcomes  # and then full
         final = audit(api)
         assert final.clean and final.shares_by_node == {"n1": 2, "n2": 2, "n3": 2}
+        assert entries(api, "n3")["default/bnd"] == "bound"  # marked by n3's next write (x3's bind)
     finally:
         first.stop()
         if second is not None:
