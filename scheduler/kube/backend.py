@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from scheduler.backend import Admit, BindResult, Change, Decide, Kind, PodRef
-from scheduler.core.pods import has_ended, node_of, uid_of
+from scheduler.core.pods import annotations_of, has_ended, node_of, uid_of
 
 from .api import KubeApi
-from .binder import LEDGER_SELECTOR, Binder, Sweep
+from .binder import LEDGER_SELECTOR, POD_OUTPUT_KEYS, Binder, Sweep, WatchedPod
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import KubeError, NotFoundError
 from .events import NODE_EVENTS_NAMESPACE, node_event
@@ -72,8 +72,9 @@ class KubeBackend:
         self._threads: list[threading.Thread] = []
         self._synced = False
         self._ledger_nodes: dict[str, str] = {}  # ledger ConfigMap key -> its node
-        self._placed: dict[str, tuple[str, str]] = {}  # pod key -> (uid, node) of pods watched bound, not ended
-        self._binder = Binder(api, self.options, clock, self._rng, self._ledger_absent, self._placed.get)
+        self._output_keys = tuple(self.options.prefix + k for k in POD_OUTPUT_KEYS)
+        self._pods: dict[str, WatchedPod] = {}  # pod key -> the pod as watched (live ones: not ended)
+        self._binder = Binder(api, self.options, clock, self._rng, self._ledger_absent, self._pods.get)
 
     # ------------------------------------------------------------ construction
 
@@ -180,12 +181,14 @@ class KubeBackend:
         log.info("synced: %d nodes, %d pods", len(self._reflectors[0].known), len(self._reflectors[1].known))
 
     def _pod_change(self, change: Change) -> Change:
-        """``change``, its pod's placement remembered: uid and node while bound and not ended."""
+        """``change``, what the binder reads of its pod remembered (while the pod lives)."""
         obj = change.obj
-        if obj is not None and node_of(obj) and not has_ended(obj):
-            self._placed[change.key] = (uid_of(obj), node_of(obj))
+        if obj is not None and not has_ended(obj):
+            notes = annotations_of(obj)
+            ours = any(key in notes for key in self._output_keys)
+            self._pods[change.key] = WatchedPod(uid_of(obj), node_of(obj), ours)
         else:
-            self._placed.pop(change.key, None)
+            self._pods.pop(change.key, None)
         return change
 
     def _ledger_change(self, change: Change) -> Change:

@@ -2,7 +2,13 @@
 
 Steps, for pod P and node N:
 
-1. GET P. Gone, another uid, or terminal: fail. Already on N with a record: done (idempotent).
+1. GET P, unless the pods' watch shows P pending, with the uid kube-scheduler sent and no
+   annotation of ours. Gone, another uid, or terminal: fail. Already on N with a record: done
+   (idempotent). A P taken unread as the watch shows it is checked later instead: the
+   Binding's uid precondition refuses a P deleted or recreated since; a Binding refused
+   because P is bound already leaves the bind only if P carries this bind's record; and a P
+   bound since by an earlier bind whose answer was lost (the watch lagging) has an entry in
+   N's ledger: step 2 meeting an entry of P returns here, to the GET, before writing anything.
 2. Under N's ledger (one lock per node in this process; across replicas, the ledger's
    compare-and-set): decide on the ledger as this process last wrote or read it, every entry
    kept, without a call; where it remembers none and the ledgers' watch knows none either, on
@@ -24,14 +30,18 @@ Steps, for pod P and node N:
 4. Create the Binding, with P's uid as precondition and the record and ``bind-phase: bound``
    in its annotations, which the API server copies onto the pod as it sets
    ``spec.nodeName``: record, phase and node change in one write.
-An entry's phase says what its writer knew: ``allocating`` for the entry a bind writes, ``bound``
-for the entries of pods the pods' watch showed bound on N when the ledger was written next (by
-another bind or the sweep). Nothing decides on the phase: a live pod on N with the entry's uid
-counts, whatever its entry says, and the bind makes no call to mark its own entry.
+
+So a bind of a pod the watch shows pending makes two calls (the ledger, the Binding); one
+that reads the pod, three. An entry's phase says what its writer knew: ``allocating`` for the
+entry a bind writes, ``bound`` for the entries of pods the pods' watch showed bound on N when
+the ledger was written next (by another bind or the sweep). Nothing decides on the phase: a
+live pod on N with the entry's uid counts, whatever its entry says, and the bind makes no call
+to mark its own entry.
 
 A failure in 2-3, or a Binding refused with a 4xx, undoes what was written (the ledger
 entry, by compare-and-set, and the annotations). A Binding that got no answer or a 5xx
-may have happened: if a GET shows P on N it did, and the bind succeeds; otherwise the
+may have happened: if a GET shows P on N with this bind's record it did, and the bind
+succeeds; otherwise the
 share stays reserved (the pod is requeued, and the entry is replaced by P's next bind
 or dropped as stale), because releasing a share that is in use is the one mistake
 that double-books. Once the Binding exists the pod is bound, whatever fails later.
@@ -47,8 +57,8 @@ left (a crash, a timeout whose write landed after its undo): ledger entries of p
 gone, ended, bound elsewhere or unbound past ``stale_allocation_s`` are dropped, entries
 of bound pods are marked bound, and a record of ours on an unbound pod that no ledger
 entry vouches for is removed once stale. It visits only the ledgers holding an entry whose
-pod the pods' watch does not show live and bound on that node with that uid. So nothing half-written outlives
-``stale_allocation_s + sweep_interval_s``.
+pod the pods' watch does not show live and bound on that node with that uid. So nothing
+half-written outlives ``stale_allocation_s + sweep_interval_s``.
 """
 
 from __future__ import annotations
@@ -59,7 +69,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from scheduler.backend import Admit, BindResult, Decide, PodRef
 from scheduler.core.allocation import Allocation, decode_record, encode_record, record_annotations, record_header
@@ -79,7 +89,18 @@ log = logging.getLogger("gpuslice.kube.bind")
 # Annotations gpuslice writes on pods; a bind sets its own and removes any other left there.
 POD_OUTPUT_KEYS = tuple(sorted(OUTPUT_KEYS - {"inventory"}))
 LEDGER_SELECTOR = ",".join(f"{k}={v}" for k, v in sorted(MANAGED_BY.items()))
-Placed = Callable[[str], "tuple[str, str] | None"]  # pod key -> (uid, node) where watched bound, live
+
+
+class WatchedPod(NamedTuple):
+    """A live (not ended) pod as the pods' watch last showed it."""
+
+    uid: str
+    node: str  # "" while pending
+    ours: bool  # carries annotations of gpuslice's (its bind patches them first)
+
+
+Watched = Callable[[str], "WatchedPod | None"]  # pod key -> the pod as watched, None if unknown or ended
+UNSURE = "unsure"  # _reserve: the ledger holds an entry of a pod taken as pending unread
 
 
 @dataclass(slots=True)
@@ -98,6 +119,11 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
+def _bound_here(seen: WatchedPod | None, entry: Entry, node: str) -> bool:
+    """Whether the watch shows the entry's pod (its uid) bound on ``node``."""
+    return seen is not None and seen.node == node and seen.uid == entry.uid
+
+
 class Binder:
     def __init__(
         self,
@@ -106,21 +132,22 @@ class Binder:
         clock: Clock,
         rng: random.Random,
         ledger_absent: Callable[[str], bool] | None = None,
-        placed: Placed | None = None,
+        watched: Watched | None = None,
     ) -> None:
         """``ledger_absent(node)``: the watch of the ledgers, synced, knows none of ``node`` (a
         node's first bind then makes its ledger without reading it first: the create fails if
         one exists after all, and the ledger is read as after any conflict). Without it, a
-        ledger this process remembers none of is always read. ``placed(pod key)``: the pod's
-        uid and node where the pods' watch shows it bound and not ended, else None (what marks
-        entries bound as a ledger is written, and tells the sweep which ledgers to visit);
-        without it nothing is known placed (the sweep visits every ledger with entries)."""
+        ledger this process remembers none of is always read. ``watched(pod key)``: the pod as
+        the pods' watch shows it, None where unknown or ended: a pod shown pending is bound
+        without reading it first; entries of pods shown bound on their node are marked bound as
+        a ledger is written, and tell the sweep which ledgers to skip. Without it every pod is
+        read and the sweep visits every ledger with entries."""
         self._api = api
         self._options = options
         self._clock = clock
         self._rng = rng
         self._ledger_absent = ledger_absent or (lambda _node: False)
-        self._placed: Placed = placed or (lambda _key: None)
+        self._watched: Watched = watched or (lambda _key: None)
         self._ledgers = LedgerStore(api, options.namespace, options.prefix)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -149,18 +176,25 @@ class Binder:
             log.info("bound %s to %s", pod.key, node, extra=where)
         return result
 
-    def _bind(self, pod: PodRef, node: str, decide: Decide, admit: Admit | None = None) -> BindResult:
-        live = self._current_pod(pod)
-        if isinstance(live, str):
-            return BindResult(error=live)
-        bound_to = node_of(live)
-        if bound_to:
-            return self._already_bound(pod, node, live, bound_to)
-        if has_ended(live):
-            return BindResult(error=f"pod {pod.key} has ended ({live['status']['phase']}); nothing to bind")
+    def _bind(
+        self, pod: PodRef, node: str, decide: Decide, admit: Admit | None = None, read: bool = False
+    ) -> BindResult:
+        live: Mapping[str, Any] | None = None  # None: taken as the watch shows it, pending
+        if read or not pod.uid or self._watched(pod.key) != WatchedPod(pod.uid, "", False):
+            got = self._current_pod(pod)
+            if isinstance(got, str):
+                return BindResult(error=got)
+            bound_to = node_of(got)
+            if bound_to:
+                return self._already_bound(pod, node, got, bound_to)
+            if has_ended(got):
+                return BindResult(error=f"pod {pod.key} has ended ({got['status']['phase']}); nothing to bind")
+            live = got
 
         stamp = rfc3339(self._clock.now())
-        reserved = self._reserve(pod, node, decide, stamp)
+        reserved = self._reserve(pod, node, decide, stamp, unread=live is None)
+        if reserved == UNSURE:  # an earlier bind of the pod may have landed: read the pod first
+            return self._bind(pod, node, decide, admit, read=True)
         if isinstance(reserved, str):
             return BindResult(error=reserved)
         if admit is not None:  # a namespace with a GPU quota: its own compare-and-set (quotaledger)
@@ -173,7 +207,7 @@ class Binder:
         # first: those this record does not set must go, and a Binding's annotations are added
         # to the pod's, never removed. Else the record travels in the Binding alone (one call;
         # record, phase and node in one write).
-        present = self._annotations(live)
+        present = self._annotations(live) if live is not None else {}
         written: Mapping[str, str] | None = None
         if any(prefix + k in present for k in POD_OUTPUT_KEYS):
             stale_keys = {prefix + k: None for k in POD_OUTPUT_KEYS}
@@ -189,7 +223,7 @@ class Binder:
         try:
             self._api.bind_pod(pod.namespace, pod.name, self._binding(pod, node, annotations))
         except KubeError as exc:
-            outcome = self._binding_outcome(pod, node, exc, written)
+            outcome = self._binding_outcome(pod, node, exc, written, annotations[prefix + "allocation"])
             if outcome != "bound":
                 return BindResult(error=f"binding {pod.key} to {node} failed ({exc}); {outcome}")
             log.info(
@@ -247,8 +281,10 @@ class Binder:
 
     # ------------------------------------------------------------ the ledger step
 
-    def _reserve(self, pod: PodRef, node: str, decide: Decide, stamp: str) -> Allocation | str:
-        """Decide under the node's serialisation and persist the entry; the allocation, or why not."""
+    def _reserve(self, pod: PodRef, node: str, decide: Decide, stamp: str, unread: bool) -> Allocation | str:
+        """Decide under the node's serialisation and persist the entry; the allocation, or why not.
+        ``unread``: the pod was not read (the watch shows it pending); a ledger holding an entry
+        of it answers :data:`UNSURE` before anything is written (an earlier bind may have bound it)."""
         attempts = self._options.conflict_retries
         with self._node_lock(node):
             for attempt in range(attempts):
@@ -258,10 +294,14 @@ class Binder:
                 ledger = self._ledgers.known(node)  # a failed write forgets it
                 if ledger is None and attempt == 0 and self._ledger_absent(node):
                     ledger = Ledger(node, None, {})  # none yet, as the watch knows: made by the write
+                if unread and ledger is not None and pod.key in ledger.entries:
+                    return UNSURE
                 if ledger is not None:
                     entries, outcome = self._decide(ledger, pod, decide, remembered=True)
                 if ledger is None or isinstance(outcome, str):
                     ledger = self._ledgers.read(node)
+                    if unread and pod.key in ledger.entries:
+                        return UNSURE
                     entries, outcome = self._decide(ledger, pod, decide, remembered=False)
                 if isinstance(outcome, str):
                     return f"no share for {pod.key} on {node}: {outcome}"
@@ -307,9 +347,9 @@ class Binder:
 
     def _marked(self, node: str, entries: Mapping[str, Entry]) -> dict[str, Entry]:
         """``entries`` with those of pods the watch shows bound on ``node`` (their uid) marked bound."""
-        placed = self._placed
+        watched = self._watched
         return {
-            key: Entry(e.uid, e.record, BOUND, e.time) if e.phase != BOUND and placed(key) == (e.uid, node) else e
+            key: Entry(e.uid, e.record, BOUND, e.time) if e.phase != BOUND and _bound_here(watched(key), e, node) else e
             for key, e in entries.items()
         }
 
@@ -453,8 +493,8 @@ class Binder:
     def _worth_sweeping(self, node: str, raw: object) -> bool:
         """Whether a ledger may hold something to clean: an entry whose pod the watch does not
         show bound on ``node`` (unbound yet, gone, ended, recreated or bound elsewhere)."""
-        placed = self._placed
-        return any(placed(key) != (e.uid, node) for key, e in decode_entries(node, raw).items())
+        watched = self._watched
+        return any(not _bound_here(watched(key), e, node) for key, e in decode_entries(node, raw).items())
 
     def _sweep_node(self, node: str, report: Sweep) -> dict[str, Entry]:
         with self._node_lock(node):
@@ -507,8 +547,11 @@ class Binder:
 
     # ------------------------------------------------------------ after the Binding call
 
-    def _binding_outcome(self, pod: PodRef, node: str, exc: KubeError, annotations: Mapping[str, str] | None) -> str:
-        """``bound`` if the pod is on the node after all; otherwise what was done about the reservation."""
+    def _binding_outcome(
+        self, pod: PodRef, node: str, exc: KubeError, annotations: Mapping[str, str] | None, record: str
+    ) -> str:
+        """``bound`` if the pod is on the node after all, with this bind's ``record`` (the Binding
+        landed); otherwise what was done about the reservation."""
         try:
             live = self._api.get_pod(pod.namespace, pod.name)
         except NotFoundError:
@@ -517,7 +560,7 @@ class Binder:
             return f"whether the Binding exists is unknown ({check}); the share stays reserved"
         if _meta(live).get("uid") != pod.uid:
             return self._undo(pod, node, None)  # another pod of that name now: not ours to touch
-        if node_of(live) == node:
+        if node_of(live) == node and self._annotations(live).get(self._options.prefix + "allocation") == record:
             return "bound"
         if node_of(live) or (isinstance(exc, ApiStatusError) and exc.status < 500):
             return self._undo(pod, node, annotations)

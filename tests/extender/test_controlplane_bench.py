@@ -110,18 +110,15 @@ def bind_to_node_1(api: FakeApiServer, bind: Any, name: str, uid: str) -> tuple[
 
 def test_the_noop_ledger_extender_binds_through_gpuslices_own_protocol(api: FakeApiServer) -> None:
     bind = bench.ledger_bind(api.url, None, None)
-    # the node's first bind: its ledger read (none yet) and made; nothing in it to weigh, so the
-    # pods on the node are not listed
+    # the node's first bind: its ledger read (no watch of the ledgers here: none yet) and made;
+    # nothing in it to weigh, so the pods on the node are not listed
     assert bind_to_node_1(api, bind, "p", "u-p") == (
         "",
-        [("get", "pods"), ("get", "configmaps"), ("create", "configmaps"), ("create", "pods/binding")],
+        [("get", "configmaps"), ("create", "configmaps"), ("create", "pods/binding")],
     )
-    # then as gpuslice binds: the pod read, the ledger's compare-and-set as last written, the
-    # Binding (nothing marks the entry bound afterwards)
-    assert bind_to_node_1(api, bind, "q", "u-q") == (
-        "",
-        [("get", "pods"), ("update", "configmaps"), ("create", "pods/binding")],
-    )
+    # then as gpuslice binds a pod its watch shows pending: the ledger's compare-and-set as
+    # last written, the Binding
+    assert bind_to_node_1(api, bind, "q", "u-q") == ("", [("update", "configmaps"), ("create", "pods/binding")])
     for name in ("p", "q"):
         pod = api.pod("bench", name)
         assert pod is not None and pod["spec"]["nodeName"] == "node-1"
@@ -133,10 +130,13 @@ def test_the_noop_ledger_extender_binds_through_gpuslices_own_protocol(api: Fake
     assert "uid" in error
 
 
-def test_the_noop_ledger_extender_leaves_out_the_pod_read_when_told_to(api: FakeApiServer) -> None:
-    bind = bench.ledger_bind(api.url, None, None, 2)
+def test_the_noop_ledger_extender_reads_the_pod_first_when_told_to(api: FakeApiServer) -> None:
+    bind = bench.ledger_bind(api.url, None, None, 3)
     assert bind_to_node_1(api, bind, "p", "u-p")[0] == ""  # makes the node's ledger
-    assert bind_to_node_1(api, bind, "q", "u-q") == ("", [("update", "configmaps"), ("create", "pods/binding")])
+    assert bind_to_node_1(api, bind, "q", "u-q") == (
+        "",
+        [("get", "pods"), ("update", "configmaps"), ("create", "pods/binding")],
+    )
     pod = api.pod("bench", "q")
     assert pod is not None and pod["spec"]["nodeName"] == "node-1"
     ledger = api.configmap("gpuslice", "gpuslice-node-node-1")

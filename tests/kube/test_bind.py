@@ -12,6 +12,7 @@ import pytest
 from scheduler.backend import PodRef
 from scheduler.core.allocation import decode_record
 from scheduler.kube import KubeBackend, ledger_name
+from scheduler.kube.binder import WatchedPod
 from tests.fakes import FakeApiServer, FakeClock
 from tests.kube.conftest import Recorder, decide_for, gpu_node, gpu_pod, wait_until
 
@@ -144,7 +145,7 @@ def test_a_synced_backend_makes_a_nodes_first_ledger_without_reading_it(
 def test_entries_of_pods_watched_bound_are_marked_by_the_nodes_next_write_and_not_swept(
     apiserver: FakeApiServer, make_backend: Make
 ) -> None:
-    # A bind makes three calls (pod read, ledger, Binding): its entry stays "allocating" until the
+    # A bind makes no call after its Binding: its entry stays "allocating" until the
     # node's ledger is written next, which marks bound the entries of pods the watch shows bound
     # there. The sweep visits no ledger whose every pod the watch shows bound on its node.
     node = setup_pods(apiserver, "a", "b")
@@ -153,7 +154,7 @@ def test_entries_of_pods_watched_bound_are_marked_by_the_nodes_next_write_and_no
     try:
         assert bind(backend, apiserver, node, "a").error == ""
         assert ledger(apiserver)["default/a"]["phase"] == "allocating"
-        wait_until(lambda: backend._placed.get("default/a") == ("uid-a", "n1"), "a watched bound")
+        wait_until(lambda: backend._pods.get("default/a") == WatchedPod("uid-a", "n1", True), "a watched bound")
         before = apiserver.count("update", "configmaps")
         assert bind(backend, apiserver, node, "b").error == ""
         assert apiserver.count("update", "configmaps") == before + 1  # b's entry alone: no marking call
@@ -161,7 +162,7 @@ def test_entries_of_pods_watched_bound_are_marked_by_the_nodes_next_write_and_no
             "default/a": "bound",
             "default/b": "allocating",
         }
-        wait_until(lambda: backend._placed.get("default/b") == ("uid-b", "n1"), "b watched bound")
+        wait_until(lambda: backend._pods.get("default/b") == WatchedPod("uid-b", "n1", True), "b watched bound")
         calls = len(apiserver.requests)
         report = backend.sweep()
         assert report.ledgers == 0  # every entry's pod watched bound on n1: not visited
@@ -170,12 +171,86 @@ def test_entries_of_pods_watched_bound_are_marked_by_the_nodes_next_write_and_no
             ("list", "pods"),  # the unbound pods (records nothing vouches for)
         }
         apiserver.delete_pod("default", "a")
-        wait_until(lambda: "default/a" not in backend._placed, "a's deletion watched")
+        wait_until(lambda: "default/a" not in backend._pods, "a's deletion watched")
         report = backend.sweep()  # a's entry: its pod gone, so n1's ledger is visited, a's entry dropped
         assert (report.ledgers, report.entries_dropped) == (1, 1)
         assert {k: e["phase"] for k, e in ledger(apiserver).items()} == {"default/b": "bound"}
     finally:
         backend.stop()
+
+
+def calls_of(apiserver: FakeApiServer, since: int) -> list[tuple[str, str]]:
+    """The calls made since ``since`` requests, the watches' own left out."""
+    return [(verb, resource) for verb, resource, _ in apiserver.requests[since:] if verb != "watch"]
+
+
+def test_a_pod_the_watch_shows_pending_is_bound_in_two_calls_without_reading_it(
+    apiserver: FakeApiServer, make_backend: Make
+) -> None:
+    node = setup_pods(apiserver, "a", "b")
+    leftover(apiserver, "b")  # an annotation of ours on b: its bind reads it and patches it first
+    backend = make_backend()
+    backend.start(Recorder())
+    try:
+        wait_until(lambda: {"default/a", "default/b"} <= set(backend._pods), "a and b watched")
+        since = len(apiserver.requests)
+        assert bind(backend, apiserver, node, "a").error == ""
+        assert calls_of(apiserver, since) == [("create", "configmaps"), ("create", "pods/binding")]
+        since = len(apiserver.requests)
+        assert bind(backend, apiserver, node, "b").error == ""
+        assert calls_of(apiserver, since) == [
+            ("get", "pods"),
+            ("update", "configmaps"),
+            ("patch", "pods"),
+            ("create", "pods/binding"),
+        ]
+    finally:
+        backend.stop()
+    assert record_keys(apiserver, "b") == {
+        PREFIX + k for k in ("allocation", "bind-phase", "visible-devices", "mps-memory-limit", "mps-thread-percentage")
+    }
+    assert set(ledger(apiserver)) == {"default/a", "default/b"}
+
+
+def test_a_repeated_bind_the_watch_has_not_seen_land_reads_the_pod_and_allocates_nothing_more(
+    apiserver: FakeApiServer, make_backend: Make
+) -> None:
+    # kube-scheduler sends a's bind again (the first answer was lost) before the watch shows a
+    # bound: the ledger holds a's entry, so the pod is read, found bound, and the first
+    # allocation answered again; nothing new is written.
+    node = setup_pods(apiserver, "a")
+    backend = make_backend()
+    uid = ref(apiserver, "a").uid
+    backend._binder._watched = lambda key: WatchedPod(uid, "", False) if key == "default/a" else None
+    first = bind(backend, apiserver, node, "a")
+    assert first.error == "" and apiserver.count("get", "pods") == 0
+    before = ledger(apiserver)
+    since = len(apiserver.requests)
+    again = bind(backend, apiserver, node, "a")
+    assert again.error == "" and again.allocation == first.allocation
+    assert calls_of(apiserver, since) == [("get", "pods")]
+    assert ledger(apiserver) == before
+
+
+@pytest.mark.parametrize("change", ["recreated", "bound by another"])
+def test_a_pod_that_changed_since_the_watch_showed_it_pending_is_refused_and_its_entry_undone(
+    apiserver: FakeApiServer, make_backend: Make, change: str
+) -> None:
+    node = setup_pods(apiserver, "a")
+    backend = make_backend()
+    uid = ref(apiserver, "a").uid
+    backend._binder._watched = lambda key: WatchedPod(uid, "", False)  # what the watch last showed
+    live = apiserver.pod("default", "a")
+    assert live is not None
+    if change == "recreated":
+        apiserver.delete_pod("default", "a")
+        apiserver.put_pod(gpu_pod("a", uid="uid-a2"))
+    else:  # bound by something other than gpuslice (no record of ours on it)
+        live["spec"]["nodeName"] = "n1"
+        apiserver.put_pod(live)
+    result = backend.bind(PodRef("default", "a", uid), "n1", decide_for(node, live, None))
+    assert "binding default/a to n1 failed" in result.error and "rolled back" in result.error
+    assert ledger(apiserver) == {}  # the share is not held for a pod that does not hold it
 
 
 def test_a_ledger_the_watch_has_not_shown_yet_is_read_when_its_creation_is_refused(
