@@ -80,6 +80,7 @@ from scheduler.core.errors import InventoryError, RequestError
 from scheduler.core.fit import fit
 from scheduler.core.inventory import Device, Node, SharingMode
 from scheduler.core.k8s import parse_node
+from scheduler.core.policies import REGISTRY as POLICIES
 from scheduler.core.quantity import bytes_to_mib, cpu_milli
 from scheduler.core.request import MILLI, Demand, GpuKind, GpuRequest, parse_pod
 from scheduler.core.state import NodeState
@@ -1599,6 +1600,9 @@ def main() -> None:
             raise SystemExit(f"--fill {fill}: accepted: a share from 0 to below 1")
     if args.profile and not args.probe:
         raise SystemExit("--profile without --probe: accepted: --probe DIR --profile (the profiles go to DIR)")
+    unknown = [p for p in args.policy if p not in POLICIES]
+    if unknown:
+        raise SystemExit(f"--policy {' '.join(unknown)}: unknown; accepted: {', '.join(sorted(POLICIES))}")
     os.environ.setdefault("PYTHONHASHSEED", "0")
     run(args)
 

@@ -332,3 +332,15 @@ def test_a_reestimate_is_laid_beside_the_attempts_after_it() -> None:
     assert line is not None and "at pod 316: 2.0 ms, then f+p median 30.0 / max 30.0 ms over 2 attempts" in line
     assert "run median f+p 10.0 ms" in line
     assert "none (1 in all, at pods [9])" in str(driver.learn_report(got, [(99.0, 0.001, 9)]))
+
+
+def test_an_unknown_policy_is_refused_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Regression: `--policy default` ran the do-nothing extender, the floor and the other
+    # policies first, then ended in a traceback when gpuslice refused the name.
+    started: list[Any] = []
+    monkeypatch.setattr(driver, "run", started.append)
+    monkeypatch.setattr(sys, "argv", ["extender_driver.py", "--policy", "binpack", "default"])
+    with pytest.raises(SystemExit) as raised:
+        driver.main()
+    assert str(raised.value).startswith("--policy default: unknown; accepted: ")
+    assert "fgd-reserve" in str(raised.value) and started == []
