@@ -41,10 +41,9 @@ to mark its own entry.
 A failure in 2-3, or a Binding refused with a 4xx, undoes what was written (the ledger
 entry, by compare-and-set, and the annotations). A Binding that got no answer or a 5xx
 may have happened: if a GET shows P on N with this bind's record it did, and the bind
-succeeds; otherwise the
-share stays reserved (the pod is requeued, and the entry is replaced by P's next bind
-or dropped as stale), because releasing a share that is in use is the one mistake
-that double-books. Once the Binding exists the pod is bound, whatever fails later.
+succeeds; otherwise the share stays reserved (the pod is requeued, and the entry is
+replaced by P's next bind or dropped as stale), because releasing a share that is in use
+is the one mistake that double-books. Once the Binding exists the pod is bound, whatever fails later.
 
 What counts on a node: every ledger entry still holding or reserving its share, with the
 record the ledger has. The ledger, which only gpuslice writes, is the source of truth of what
@@ -348,10 +347,7 @@ class Binder:
     def _marked(self, node: str, entries: Mapping[str, Entry]) -> dict[str, Entry]:
         """``entries`` with those of pods the watch shows bound on ``node`` (their uid) marked bound."""
         watched = self._watched
-        return {
-            key: Entry(e.uid, e.record, BOUND, e.time) if e.phase != BOUND and _bound_here(watched(key), e, node) else e
-            for key, e in entries.items()
-        }
+        return {key: e.bound() if _bound_here(watched(key), e, node) else e for key, e in entries.items()}
 
     def _pause(self, attempt: int) -> None:
         limit = min(self._options.conflict_backoff_s * 2**attempt, 1.0)
@@ -446,7 +442,7 @@ class Binder:
     def sweep(self) -> Sweep:
         """Clean what interrupted binds left behind, on every node (see the module docstring).
 
-        Ledgers whose every entry's pod the watch shows bound on the ledger's node (``placed``)
+        Ledgers whose every entry's pod the watch shows bound on the ledger's node (``watched``)
         are skipped without a call. Every write is a compare-and-set (the ledger) or
         resourceVersion-guarded (the pod), so replicas may sweep at once.
         """
@@ -502,10 +498,7 @@ class Binder:
                 ledger = self._ledgers.read(node)
                 on_node = self._on_node(node)
                 kept, _ = self._current(ledger, node, None, on_node)
-                marked = {
-                    key: Entry(e.uid, e.record, BOUND, e.time) if key in on_node and e.phase != BOUND else e
-                    for key, e in kept.items()
-                }
+                marked = {key: e.bound() if key in on_node else e for key, e in kept.items()}
                 if marked == dict(ledger.entries):
                     return marked
                 try:

@@ -52,6 +52,10 @@ class Entry:
     def to_json(self) -> dict[str, str]:
         return {"uid": self.uid, "record": self.record, "phase": self.phase, "time": self.time}
 
+    def bound(self) -> Entry:
+        """This entry marked bound (itself where it is already)."""
+        return self if self.phase == BOUND else replace(self, phase=BOUND)
+
 
 @dataclass(frozen=True, slots=True)
 class Ledger:
