@@ -16,6 +16,7 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
+from .arrays import distinct
 from .capacity import DeviceUsage, Refusal, device_key, share_milli, usage_row
 from .fit import device_share, refused_reason, state_question
 from .ids import Ids
@@ -140,7 +141,7 @@ class DeviceStates:
         unknown = ~table.known[rows]
         if not unknown.any():
             return table
-        ids = self._hosted_at_once(gpu, table, np.unique(rows[unknown]))
+        ids = self._hosted_at_once(gpu, table, distinct(rows[unknown]))
         questions: dict[int, Hashable | None] = {}  # per device kind
         answers = self._answers
         for device_id in ids.tolist():

@@ -29,6 +29,7 @@ import numpy as np
 
 from . import modes
 from .allocation import Allocation, DeviceShare
+from .arrays import distinct
 from .capacity import (
     DeviceUsage,
     add_share,
@@ -486,7 +487,7 @@ class Fragmentation:
         at = np.minimum(np.searchsorted(ids, placed), max(0, len(ids) - 1))
         given = np.flatnonzero(ids[at] == placed) if len(ids) else np.zeros(0, dtype=np.int64)
         kinds = rows[at[given], 0]
-        for kind in np.unique(kinds).tolist():
+        for kind in distinct(kinds).tolist():
             mine = given[kinds == kind]
             c = first[int(mine[0])]
             device = batch.states[int(batch.node[c])].node.devices[int(batch.gpu[c])]

@@ -14,6 +14,7 @@ from typing import cast
 import numpy as np
 
 from .allocation import Allocation, DeviceShare
+from .arrays import distinct
 from .capacity import DeviceUsage, Refusal
 from .columns import Columns
 from .fit import Fit, device_share, fit_options, gpu_fit, sharing_share
@@ -143,7 +144,7 @@ def _candidates(
     for g in range(1, width):
         first[:, g] &= (rows[:, :g] != rows[:, g : g + 1]).all(axis=1)
     node, column = np.nonzero(first)
-    placed = np.unique(rows[node, column])
+    placed = distinct(rows[node, column])
     arrayable = dev_states.by_arrays(gpu, placed)
     shares: dict[int, DeviceShare] = {}
     for device_id in placed[~arrayable].tolist():

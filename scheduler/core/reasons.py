@@ -18,6 +18,7 @@ from typing import cast
 
 import numpy as np
 
+from .arrays import distinct, unique_rows
 from .columns import MAX_TABLES, Columns
 from .devstates import NAMES_GPU, UNKNOWN, Hosting, kept
 from .fit import counted_reason, fit, host_reason, kind_reason, refused_reason, short_reason
@@ -41,20 +42,6 @@ class ReasonTable:
         if extra > 0:
             self.reasons = np.concatenate([self.reasons, np.zeros(extra, dtype=np.int32)])
             self.stamps = np.concatenate([self.stamps, np.full(extra, -1, dtype=np.int64)])
-
-
-def unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The distinct rows of a 2-D integer array (in ascending order), the index of each one's
-    first occurrence, and each row's place among them: ``np.unique(rows, axis=0,
-    return_index=True, return_inverse=True)``, by one sort of the columns (numpy's sorts
-    rows as opaque records, several times slower)."""
-    order = np.lexsort(rows.T[::-1])
-    ranked = rows[order]
-    new = np.ones(len(rows), dtype=bool)
-    new[1:] = (ranked[1:] != ranked[:-1]).any(axis=1)
-    inverse = np.empty(len(rows), dtype=np.int64)
-    inverse[order] = np.cumsum(new) - 1
-    return ranked[new], order[new], inverse
 
 
 class Reasons:
@@ -133,7 +120,7 @@ class Reasons:
         missing = kinds[by_kind[kinds] < 0]  # usually none: a table is made once per demand
         if not len(missing):
             return by_kind
-        missing = np.unique(missing)
+        missing = distinct(missing)
         if demand.cpu_milli or demand.memory_mib:
             # fit on an empty node: its room, CPU and memory first, then the GPU request, whose
             # answer the pod's CPU and memory do not change (the GPU request's own table)
@@ -166,7 +153,7 @@ class Reasons:
         refused = table.allowed[devices] & ~hosting
         free = np.full(devices.shape, -1, dtype=np.int64)  # of the refused GPUs (refusals have >= 0)
         if refused.any():
-            ids = np.unique(devices[refused])
+            ids = distinct(devices[refused])
             fresh = ids[table.free[ids] < 0]
             if len(fresh):
                 columns.dev_states.refused_facts(gpu, table, fresh)
@@ -179,16 +166,16 @@ class Reasons:
         unique, first, inverse = unique_rows(keys)
         kinds, best_ids, columns_of = unique.T
         whys, why_of = self._refused(gpu, table, best_ids, positions[first], columns_of)
-        for kind in np.unique(kinds).tolist():  # the kind's own reason (no model or mode accepted) first
+        for kind in distinct(kinds).tolist():  # the kind's own reason (no model or mode accepted) first
             found = kind_reason(gpu, columns.kinds.node(kind))
             if found is not None:
                 why_of[kinds == kind] = len(whys)
                 whys.append(found)
         if gpu.count > 1:
             why_of[best_ids == 0] = -1  # none refused: the count alone says why
-        distinct, why_at = np.unique(why_of, return_inverse=True)
+        written, why_at = np.unique(why_of, return_inverse=True)
         texts = np.array(
-            [columns.texts.of(counted_reason(gpu, whys[w] if w >= 0 else None)) for w in distinct.tolist()],
+            [columns.texts.of(counted_reason(gpu, whys[w] if w >= 0 else None)) for w in written.tolist()],
             dtype=np.int32,
         )
         reasons: np.ndarray = texts[why_at[inverse]]
@@ -206,8 +193,8 @@ class Reasons:
         kept from the first GPU met in it)."""
         dev_states = self._columns.dev_states
         known = table.why
-        distinct = np.unique(ids)
-        fresh = distinct[known[distinct] == UNKNOWN]
+        states = distinct(ids)
+        fresh = states[known[states] == UNKNOWN]
         if len(fresh):
             written: dict[tuple[int, int], int] = {}
             what, need = table.short[:, fresh].tolist()

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from scheduler.core import fit as fit_module
 from scheduler.core import modes, nodescores
 from scheduler.core.allocation import Allocation, DeviceShare, MigSlot, decode_record, encode_record
+from scheduler.core.arrays import distinct, unique_rows
 from scheduler.core.board import Board, Status
 from scheduler.core.capacity import DeviceUsage, Refusal, free, usage_row
 from scheduler.core.catalog import CATALOG, ProfileSpec
@@ -24,7 +25,6 @@ from scheduler.core.modes import mig as mig_module
 from scheduler.core.modes.shared import SHORT_MEMORY, rows_fit, rows_refused_free, rows_shortages
 from scheduler.core.policies import REGISTRY, make_policy, options_of
 from scheduler.core.policies.base import ScoringNodes, ScoringTook, ScoringWithoutGpu, capabilities, tell
-from scheduler.core.reasons import unique_rows
 from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.select import evaluate, firsts, score_firsts
 from scheduler.core.state import NodeState, rebuild
@@ -536,6 +536,21 @@ def test_the_boards_distinct_rows_are_numpys(rows: list[list[int]]) -> None:
     assert unique.tolist() == want_unique.tolist()
     assert first.tolist() == want_first.tolist()
     assert inverse.tolist() == want_inverse.reshape(-1).tolist()
+
+
+@given(
+    st.lists(st.integers(-(2**40), 2**40) | st.integers(-3, 40), max_size=300),
+    st.sampled_from([(-1,), (-1, 3), (3, -1)]),
+)
+def test_the_boards_distinct_values_are_numpys(values: list[int], shape: tuple[int, ...]) -> None:
+    """The board lists the device states, node kinds and texts met with one sort; it must
+    answer exactly as np.unique (the values, ascending, of any shape flattened, in its dtype)."""
+    array = np.array(values, dtype=np.int64)
+    if len(shape) > 1:
+        array = array[: len(array) - len(array) % 3].reshape(shape)
+    got, want = distinct(array), np.unique(array)
+    assert got.dtype == want.dtype
+    assert got.tolist() == want.tolist()
 
 
 def _busy_states(drawn: list[tuple[Node, list[int], list[int]]], warmup: list[Demand], stray: int) -> list[NodeState]:
