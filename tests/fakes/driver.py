@@ -1,5 +1,5 @@
 """benchmarks/extender_driver.py loaded as a module, once, for the tests that play kube-scheduler
-with it (the benchmarks folder is not a package)."""
+with it (the benchmarks folder is not a package); :func:`benchmark` loads another script so."""
 
 from __future__ import annotations
 
@@ -11,16 +11,17 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load() -> ModuleType:
-    found = sys.modules.get("extender_driver")
+def benchmark(name: str) -> ModuleType:
+    """benchmarks/``name``.py as the module ``name`` (loaded once)."""
+    found = sys.modules.get(name)
     if found is not None:
         return found
-    spec = importlib.util.spec_from_file_location("extender_driver", ROOT / "benchmarks" / "extender_driver.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["extender_driver"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
-driver = _load()
+driver = benchmark("extender_driver")
