@@ -306,6 +306,7 @@ class Extender:
                 # The cache's state of the node, if it counts exactly these (besides the pod's
                 # own hold, released here): the state rebuild() would give, without rebuilding it.
                 counted = None
+                kept = None  # the pod's hold, counted there beside exactly these: still free
                 wanted = {**others, **held}
                 if view is not None and not view.errors:
                     own = key in view.records
@@ -314,10 +315,16 @@ class Extender:
                     ):
                         counted = cache.state(args.node)
                         if counted is not None and own:
-                            counted = counted.release(key)
+                            if mine is not None and mine.node == args.node and view.records[key] == mine.record:
+                                kept = mine.allocation
+                            else:
+                                counted = counted.release(key)
             if node is None:
                 return f"node {args.node}: {problem}" if problem else f"node {args.node} is unknown to gpuslice"
-            if counted is not None and counted.node is node:
+            placed = None
+            if kept is not None and counted is not None and counted.node is node:
+                placed = kept  # what releasing it and applying it again would find
+            elif counted is not None and counted.node is node:
                 state = counted
             else:
                 state, problems = rebuild(node, others.items())
@@ -328,8 +335,7 @@ class Extender:
                 for k, text in sorted(held.items()):
                     with contextlib.suppress(RecordError):  # a hold that no longer fits loses to the records
                         state = state.apply(k, cache.decode(text, k))
-            placed = None
-            if mine is not None and mine.node == args.node:  # the share held for it, if it is still free
+            if placed is None and mine is not None and mine.node == args.node:  # the share held, if still free
                 with contextlib.suppress(RecordError):
                     state.apply(key, mine.allocation)
                     placed = mine.allocation

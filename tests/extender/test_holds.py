@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from scheduler.core import select
+from scheduler.core.state import NodeState
 from scheduler.extender import service, wire
 from scheduler.extender.config import load_config
 from scheduler.extender.service import Extender
@@ -120,6 +121,40 @@ def test_a_bind_decides_under_the_cache_lock(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(service, "evaluate", evaluate)
     assert call(extender, "bind", binding(a, "y")) == ""  # no hold for a: the bind decides
     assert seen == [True]
+
+
+def test_a_bind_takes_its_counted_hold_without_working_the_node_out_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache's state of the node counts the pod's hold beside exactly the node's records and
+    the other holds: the share is still free there, so the bind takes it as held, with no state
+    released, applied or evaluated; a bind without a hold still asks the policy."""
+    a, b, c = (k8s_pod(n, gpu_fraction="0.25") for n in "abc")
+    extender, _ = served(tmp_path, a, b, c)
+    worked: list[str] = []
+    for name in ("apply", "release"):
+        real = getattr(NodeState, name)
+        monkeypatch.setattr(NodeState, name, lambda self, *args, _n=name, _f=real: worked.append(_n) or _f(self, *args))
+    monkeypatch.setattr(service, "evaluate", lambda *args: worked.append("evaluate") or select.evaluate(*args))
+
+    call(extender, "prioritize", filter_args(a, ["x", "y"]))  # x held for a (worked out there)
+    held = extender.cache.held("default/a")
+    assert held is not None and held.node == "x"
+    worked.clear()
+    assert call(extender, "bind", binding(a, "x")) == ""
+    assert worked == []
+    assert extender.cache.state("x").allocation_of("default/a") == held.allocation
+
+    call(extender, "prioritize", filter_args(b, ["x", "y"]))  # x (0.5 taken) held for b
+    worked.clear()
+    assert call(extender, "bind", binding(c, "x")) == ""  # c had no hold: the policy is asked
+    assert worked == ["evaluate", "apply"]  # decided, then counted in the cache
+    worked.clear()
+    assert call(extender, "bind", binding(b, "x")) == ""  # c took what b's hold left: b's still free
+    assert worked == []
+    state = extender.cache.state("x")
+    assert state is not None and state.frees[0].milli == 0  # busy, a, b and c: a quarter each, nothing over
+    assert {k for k, _ in state.pods} == {"default/busy", "default/a", "default/b", "default/c"}
 
 
 def test_policies_are_told_of_new_pods_under_the_cache_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
