@@ -322,10 +322,8 @@ class Extender:
             if node is None:
                 return f"node {args.node}: {problem}" if problem else f"node {args.node} is unknown to gpuslice"
             placed = None
-            if kept is not None and counted is not None and counted.node is node:
-                placed = kept  # what releasing it and applying it again would find
-            elif counted is not None and counted.node is node:
-                state = counted
+            if counted is not None and counted.node is node:
+                state, placed = counted, kept  # kept: what releasing it and applying it again would find
             else:
                 state, problems = rebuild(node, others.items())
                 for p in problems:
