@@ -66,6 +66,110 @@ class NameLists:
             self._lists.insert(0, self._lists.pop(i))
 
 
+class NodeOrder:
+    """kube-scheduler's own order of the nodes, learned from the filter lists it sends, so that a
+    list that is a stretch of that order is placed on the board from its bytes alone.
+
+    With node sampling (``percentageOfNodesToScore``), each scheduling cycle lists the next
+    stretch of kube-scheduler's node order, starting where the last cycle stopped and wrapping
+    around (at 5,000 nodes, 500 a cycle). Placing 500 names one dictionary lookup each is most
+    of a filter's bookkeeping once the machine's caches have gone cold between calls (about
+    0.2 ms); a stretch of a known order costs one comparison of bytes.
+
+    What is learned is a guess: per board position, the position listed after it, within a list
+    and from one list's last name to the next list's first. Once every node has one and they
+    make one cycle, the cycle is taken as the order. A list is read as a stretch of it only
+    when its bytes are exactly those of the stretch that starts at its first name (no escapes,
+    Go's spacing), so a wrong guess costs a miss, never a wrong position. Not thread-safe:
+    callers hold the cluster cache's lock.
+    """
+
+    __slots__ = ("_blob", "_failed", "_last", "_layout", "_misses", "_next", "_offsets", "_place", "_ring")
+
+    def __init__(self) -> None:
+        self._reset(-1)
+
+    def _reset(self, layout: int) -> None:
+        self._layout = layout
+        self._next = np.zeros(0, dtype=np.int64)  # per position: the position listed after it (-1 none yet)
+        self._last = -1  # the last position of the list before
+        self._misses = 0  # lists learned from since the order was last made (or tried)
+        self._failed = False  # the links were last found not to make one cycle
+        self._ring: np.ndarray | None = None  # the order's positions, twice (a stretch may wrap)
+        self._place = np.zeros(0, dtype=np.int64)  # per position: its place in the order
+        self._blob = b""  # the order's names as JSON strings joined by commas, twice
+        self._offsets = np.zeros(0, dtype=np.int64)  # where each place's name starts in the blob
+
+    def match(self, raw: bytes, board: Board) -> np.ndarray | None:
+        """The positions of the names of the JSON array ``raw``, if it is a stretch of the
+        order learned (on the board's current layout); else None."""
+        ring = self._ring
+        if ring is None or self._layout != board.layout or len(raw) < 4:
+            return None
+        if not (raw.startswith(b'["') and raw.endswith(b'"]')) or b"\\" in raw:
+            return None
+        try:
+            first = raw[2 : raw.index(b'"', 2)].decode()
+        except UnicodeDecodeError:
+            return None
+        at = int(board.positions([first])[0])
+        if at < 0 or at >= len(self._place) or (k := int(self._place[at])) < 0:
+            return None
+        count = raw.count(b'","') + 1  # no escapes: every '","' parts two names
+        if count > len(ring) // 2:
+            return None
+        offsets = self._offsets
+        if raw[1:-1] != self._blob[offsets[k] : offsets[k + count] - 1]:
+            return None
+        self._last = int(ring[k + count - 1])
+        return ring[k : k + count]
+
+    def learn(self, positions: np.ndarray, board: Board) -> None:
+        """A filter list that was not a stretch of the order: the links it shows are kept, and
+        the order is made again from them once every node has one (after a failed try or once
+        made, a turn's worth of such lists later: each try walks every node)."""
+        if self._layout != board.layout:
+            self._reset(board.layout)
+        size = len(board.names())
+        if len(self._next) < size:
+            self._next = np.concatenate([self._next, np.full(size - len(self._next), -1, dtype=np.int64)])
+        if not len(positions) or positions.min() < 0:
+            self._last = -1
+            return
+        if self._last >= 0:
+            self._next[self._last] = positions[0]
+        self._next[positions[:-1]] = positions[1:]
+        self._last = int(positions[-1])
+        self._misses += 1
+        waited = self._misses * len(positions) >= len(board)
+        if (waited or (self._ring is None and not self._failed)) and not (self._next[board.everyone()] < 0).any():
+            self._make(board)
+
+    def _make(self, board: Board) -> None:
+        """The order, if the links (one per node) make one cycle through every node; else none."""
+        self._misses = 0
+        alive = board.everyone()
+        links = self._next.tolist()
+        start = int(alive[0])
+        order = [start]
+        at = links[start]
+        while at != start and len(order) <= len(alive):
+            order.append(at)
+            at = links[at]
+        self._failed = at != start or len(order) != len(alive)
+        if self._failed:
+            self._ring = None
+            return
+        names = board.names()
+        encoded = [wire.dumps(names[i]) for i in order]
+        lengths = np.array([len(e) + 1 for e in encoded] * 2, dtype=np.int64)  # each with its comma
+        self._blob = b",".join(encoded + encoded)
+        self._offsets = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(lengths)])
+        self._ring = np.array(order + order, dtype=np.int64)
+        self._place = np.full(len(links), -1, dtype=np.int64)
+        self._place[order] = np.arange(len(order))
+
+
 class Listing:
     """One list of node names as it came, and what is worked out from it once."""
 
@@ -195,6 +299,7 @@ class Answers:
         self._slots: dict[str, Listing] = {}
         self._entries: Entries | None = None
         self._texts: tuple[Sequence[str] | None, np.ndarray] = (None, np.empty(0, dtype=object))
+        self._order = NodeOrder()
 
     def texts(self, outcomes: Outcomes) -> np.ndarray:
         """The board's reasons (by text id) as JSON strings, encoded once each."""
@@ -215,12 +320,19 @@ class Answers:
             self._entries = Entries(board)
         return self._entries
 
-    def listing(self, names: Sequence[str], board: Board, slot: str) -> Listing:
-        """``names`` with their board positions, kept per ``slot`` while the same list comes again."""
+    def listing(self, names: Sequence[str], board: Board, slot: str, raw: bytes | None = None) -> Listing:
+        """``names`` with their board positions, kept per ``slot`` while the same list comes again.
+        ``raw``, the names' JSON array as it came, is given for filter's lists: kube-scheduler's
+        order of the nodes is learned from them (:class:`NodeOrder`)."""
         last = self._slots.get(slot)
         if last is not None and last.layout == board.layout and (last.names is names or last.names == names):
             return last
-        made = Listing(board.layout, names if isinstance(names, list) else list(names), board.positions(names))
+        positions = self._order.match(raw, board) if raw is not None else None
+        if positions is None:
+            positions = board.positions(names)
+            if raw is not None:
+                self._order.learn(positions, board)
+        made = Listing(board.layout, names if isinstance(names, list) else list(names), positions)
         self._slots[slot] = made
         return made
 

@@ -151,7 +151,7 @@ class Extender:
         if request.demand.gpu.kind is GpuKind.NONE:
             log.debug("filter: no GPU request", extra={"pod": request.key, "passed": len(args.names)})
             with cache.lock:  # prioritize will be asked about the same list
-                listing = answers.listing(args.names, cache.board, "filter")
+                listing = answers.listing(args.names, cache.board, "filter", args.names_raw)
                 answers.expect("prioritize", listing)
             return wire.filter_result(
                 args, range(len(args.names)), passed_names=listing.names, names_json=self._names_json(args, listing)
@@ -161,7 +161,7 @@ class Extender:
         with cache.lock:
             self._unhold(request.key)
             board = cache.board
-            listing = answers.listing(args.names, board, "filter")
+            listing = answers.listing(args.names, board, "filter", args.names_raw)
             outcomes = board.filter(policy, demand, listing.positions)
             if cache.quotas_of(request.namespace):
                 outcomes = self._within_quota(request, outcomes, listing.names)

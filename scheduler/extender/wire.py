@@ -81,11 +81,14 @@ def node_name(node: object, where: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ExtenderArgs:
-    """Filter and prioritize input. ``nodes`` is set when full Nodes came (nodeCacheCapable false)."""
+    """Filter and prioritize input. ``nodes`` is set when full Nodes came (nodeCacheCapable false);
+    ``names_raw`` is the NodeNames array as its bytes came, where the body was read by splitting
+    it off (see :func:`parse_args`)."""
 
     pod: Mapping[str, Any]
     names: Sequence[str]
     nodes: Sequence[Mapping[str, Any]] | None = None
+    names_raw: bytes | None = None
 
 
 class KnownLists(Protocol):
@@ -144,7 +147,7 @@ def parse_args(body: bytes, known: KnownLists | None = None) -> ExtenderArgs:
                 names = decoded
                 known.remember(raw, names)
         if names is not None:
-            return ExtenderArgs(_pod(envelope), names)
+            return ExtenderArgs(_pod(envelope), names, names_raw=raw)
     top = _object(loads(body), "ExtenderArgs")
     pod = _pod(top)
     node_list = field(top, "Nodes")
