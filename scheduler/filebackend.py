@@ -172,9 +172,11 @@ class FileBackend:
                 "too (kubectl get nodes,pods -A -o yaml)"
             )
         self._quotas = parse_quotas(self.path, body)
-        self._on_node: dict[str, set[str]] = {}  # node -> keys of the pods bound to it
+        # node -> the pods bound to it, each with the record it holds its share by (None: none),
+        # read once per change of the pod rather than at every bind on the node
+        self._on_node: dict[str, dict[str, str | None]] = {}
         for key, pod in self._pods.items():
-            self._on_node.setdefault(node_of(pod), set()).add(key)
+            self._on_node.setdefault(node_of(pod), {})[key] = holding_record(pod, prefix)
         self._lock = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
         self._on_change: Callable[[Change], None] | None = None
@@ -219,7 +221,7 @@ class FileBackend:
             with self._lock:
                 obj = self._pods.get(pod.key)
                 known = node in self._nodes
-                on_node = [(k, self._pods[k]) for k in self._on_node.get(node, ()) if k != pod.key]
+                records = [(k, t) for k, t in self._on_node.get(node, {}).items() if k != pod.key and t is not None]
             if obj is None:
                 return BindResult(error=f"pod {pod.key} not found")
             uid = (obj.get("metadata") or {}).get("uid") or ""
@@ -235,7 +237,6 @@ class FileBackend:
                 return BindResult(error=f"pod {pod.key} is already on node {node} without a usable record")
             if not known:
                 return BindResult(error=f"node {node} not found")
-            records = [(k, text) for k, p in on_node if (text := holding_record(p, self.prefix)) is not None]
             decision = decide(records)
             if isinstance(decision, str):
                 return BindResult(error=decision)
@@ -325,9 +326,9 @@ class FileBackend:
             if kind is Kind.POD:
                 old = self._pods.get(key)
                 if old is not None:
-                    self._on_node.get(node_of(old), set()).discard(key)
+                    self._on_node.get(node_of(old), {}).pop(key, None)
                 if obj is not None:
-                    self._on_node.setdefault(node_of(obj), set()).add(key)
+                    self._on_node.setdefault(node_of(obj), {})[key] = holding_record(obj, self.prefix)
             if obj is None:
                 store.pop(key, None)
             else:
