@@ -84,6 +84,11 @@ def encode_record(alloc: Allocation, timestamp: str | None = None) -> str:
     }
     if timestamp is not None:
         body["timestamp"] = timestamp
+    # json.dumps' compact, sorted, ASCII-escaped text; orjson writes the same bytes five times
+    # faster where every character is ASCII below DEL (it writes the others unescaped)
+    fast = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    if fast.isascii() and b"\x7f" not in fast:
+        return fast.decode()
     return json.dumps(body, separators=(",", ":"), sort_keys=True)
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from scheduler.core.allocation import decode_record, encode_record, record_annotations
+from scheduler.core.allocation import Allocation, DeviceShare, MigSlot, decode_record, encode_record, record_annotations
 from scheduler.core.catalog import ProfileSpec
 from scheduler.core.errors import RecordError
 from scheduler.core.fit import fit
+from scheduler.core.inventory import SharingMode
 from scheduler.core.request import Demand, GpuKind, GpuRequest
 from scheduler.core.state import NodeState, rebuild
 from tests.builders import make_node
@@ -96,3 +99,24 @@ def test_rebuild_equals_applying_and_reports_conflicts_without_dropping_silently
     assert rebuilt == state
     assert [p.pod for p in problems] == ["c", "d"]
     assert "conflicts on node n1" in str(problems[0])
+
+
+texts = st.text(min_size=1, max_size=8) | st.sampled_from(["\x7f", "n\u00e9", "a\\b"])  # beyond ASCII too
+counts = st.integers(0, 2**40)
+shares = st.builds(
+    DeviceShare,
+    texts,
+    st.integers(0, 15),
+    st.sampled_from(list(SharingMode)),
+    counts,
+    counts,
+    st.none() | st.builds(MigSlot, st.integers(0, 7), st.integers(1, 8), st.integers(1, 7), texts),
+)
+
+
+@given(st.builds(Allocation, texts, st.tuples(shares) | st.tuples(shares, shares), counts, counts), st.none() | texts)
+def test_a_record_is_the_compact_sorted_ascii_json_of_its_allocation(alloc: Allocation, timestamp: str | None) -> None:
+    """Byte for byte what json.dumps writes (records already written are compared as text)."""
+    text = encode_record(alloc, timestamp)
+    body = json.loads(text)
+    assert text == json.dumps(body, separators=(",", ":"), sort_keys=True)
