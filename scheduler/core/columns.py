@@ -233,8 +233,15 @@ class Columns:
             histograms.moved(pair, now)
 
     def _set_state(self, i: int, state: NodeState | None, problem: str) -> None:
-        self.histograms.take(i)
         old = self.states[i]
+        # the same node in another state (a bind, a hold, a pod gone): only its GPUs whose usage
+        # changed are asked again (a state made by apply or release keeps the others' usage)
+        same = old is not None and state is not None and old.node is state.node
+        if same:
+            assert state is not None
+            self.histograms.change(i, state)
+        else:
+            self.histograms.take(i)
         if old is not None:
             self.cpu_total -= old.node.cpu_milli
         self.states[i] = state
@@ -247,8 +254,9 @@ class Columns:
             self.kind[i] = self.signature[i] = -1
             self.devs[i] = 0
             return
-        self._set_devices(i, state)
-        self.histograms.add(i, state)
+        self._set_devices(i, state, old if same else None)
+        if not same:
+            self.histograms.add(i, state)
         self.cpu_total += state.node.cpu_milli
         self.cpu_free[i] = state.cpu_free
         self.memory_free[i] = state.memory_free
@@ -274,7 +282,9 @@ class Columns:
                 self.signature[i] = self.signatures.of(signature(int(self.kind[i]), state))
                 self._set_devices(i, state)
 
-    def _set_devices(self, i: int, state: NodeState) -> None:
+    def _set_devices(self, i: int, state: NodeState, old: NodeState | None = None) -> None:
+        """The device state ids of the node at ``i`` in ``state``; ``old``, its state before (the
+        same node), whose GPUs with the very same usage keep their ids."""
         node = state.node
         width = len(node.devices)
         if width > self.devs.shape[1]:
@@ -282,8 +292,13 @@ class Columns:
             grown[:, : self.devs.shape[1]] = self.devs
             self.devs = grown
         row = self.devs[i]
-        row[:] = 0
         id_of = self.dev_states.id_of
+        if old is not None:
+            for g, (device, usage, was) in enumerate(zip(node.devices, state.usage, old.usage, strict=True)):
+                if usage is not was:
+                    row[g] = id_of(node, device, usage)
+            return
+        row[:] = 0
         for g, (device, usage) in enumerate(zip(node.devices, state.usage, strict=True)):
             row[g] = id_of(node, device, usage)
 

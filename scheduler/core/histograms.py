@@ -59,6 +59,19 @@ class GapHistograms:
         own = node_group(state.node)
         self.node_group[i] = -1 if own is None else self.group_ids.of(own)
 
+    def change(self, i: int, state: NodeState) -> None:
+        """The node at position ``i`` is now in ``state``, the same node as before (its GPUs'
+        groups and its own stay): only the GPUs whose gap level moved move."""
+        levels = state.gap_levels()
+        groups = self._dev_groups[i]
+        for level, was, group in zip(levels, self._levels[i], groups, strict=True):
+            if level != was:
+                self.gaps[was] -= 1
+                self.gaps[level] += 1
+                self.group_gaps[group, was] -= 1
+                self.group_gaps[group, level] += 1
+        self._levels[i] = levels
+
     def moved(self, before: tuple[int, int], now: tuple[int, int]) -> None:
         """A node's (kind, group) pair went from ``before`` to ``now`` (-1 in either: none)."""
         kind_groups = self._kind_groups

@@ -789,3 +789,42 @@ def test_one_share_is_the_rules_of_arrays_over_one_row(
         assert rows_refused_free(rows, m, c).tolist()[0] == why.free_mib
         what, need = rows_shortages(rows, m, c)
         assert (int(need[0]) if int(what[0]) == SHORT_MEMORY else None) == why.need_mib
+
+
+@given(BUSY_NODES, st.lists(st.tuples(demands(), st.integers(0, 3), st.booleans()), min_size=1, max_size=16))
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+def test_a_board_following_its_nodes_equals_one_made_afresh(
+    drawn: list[tuple[Node, list[int], list[int]]], steps: list[tuple[Demand, int, bool]]
+) -> None:
+    """A node put again in another state (a bind, a hold, a pod gone) has only its GPUs whose
+    usage changed asked again: its device states, the gap histograms (in all and per group) and
+    the node's signature end as a board made afresh from the same states has them."""
+    from scheduler.core.capacity import device_key
+    from scheduler.core.columns import signature
+
+    states = _busy_states(drawn, [], 0)
+    board = Board(states)
+    for k, (demand, at, leave) in enumerate(steps):
+        i = at % len(states)
+        state = states[i]
+        if leave and state.pods:
+            state = state.release(state.pods[0][0])
+        else:
+            found = fit(demand, state)
+            if not found:
+                continue
+            state = state.apply(f"s{k}", found.allocations[-1])
+        states[i] = state
+        board.put(state)
+    fresh = Board(states)
+    ours, theirs = board._columns, fresh._columns
+    assert board.gaps.tolist() == fresh.gaps.tolist()
+    assert ours.histograms.group_gaps.tolist() == theirs.histograms.group_gaps.tolist()
+    for i, state in enumerate(states):
+        got = [device_key(*ours.dev_states.entry(int(d))) if d else None for d in ours.devs[i].tolist()]
+        want = [device_key(*theirs.dev_states.entry(int(d))) if d else None for d in theirs.devs[i].tolist()]
+        assert got == want, i
+        assert got[: len(state.node.devices)] == [
+            device_key(state.node, dev, use) for dev, use in zip(state.node.devices, state.usage, strict=True)
+        ]
+        assert ours.signatures.values[int(ours.signature[i])] == signature(int(ours.kind[i]), state)
