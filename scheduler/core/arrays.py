@@ -3,7 +3,8 @@
 numpy 2.x answers ``np.unique(a)`` (values only) by hashing: at the sizes the board asks
 about (hundreds to thousands of device state ids, node kinds or text ids a call) that costs
 5-7 times one sort. :func:`distinct` sorts instead; :func:`unique_rows` groups rows with one
-sort of the columns. Both answer exactly as ``np.unique`` does (property tests hold them to it).
+sort of the columns; :func:`unique_inverse` of small non-negative ids marks them in a table
+instead of sorting. All answer exactly as ``np.unique`` does (property tests hold them to it).
 """
 
 from __future__ import annotations
@@ -35,3 +36,17 @@ def unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     inverse = np.empty(len(rows), dtype=np.int64)
     inverse[order] = np.cumsum(new) - 1
     return ranked[new], order[new], inverse
+
+
+def unique_inverse(values: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of ``values`` (integers in ``0 .. bound - 1``, any shape), ascending,
+    and each value's place among them (in ``values``' shape): ``np.unique(values,
+    return_inverse=True)``, its inverse in ``values``' shape. Where ``bound`` is small beside the
+    number of values, by marking each value in a table of ``bound`` and counting, not sorting."""
+    if bound > 4 * values.size + 1024:
+        unique, inverse = np.unique(values, return_inverse=True)
+        return unique, inverse.reshape(values.shape)
+    seen = np.zeros(bound, dtype=bool)
+    seen[values] = True
+    place = np.cumsum(seen) - 1
+    return np.flatnonzero(seen), place[values]

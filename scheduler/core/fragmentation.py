@@ -29,7 +29,7 @@ import numpy as np
 
 from . import modes
 from .allocation import Allocation, DeviceShare
-from .arrays import distinct
+from .arrays import distinct, unique_inverse
 from .capacity import (
     DeviceUsage,
     add_share,
@@ -727,12 +727,12 @@ class Fragmentation:
         ids = np.array(rows, dtype=np.int64)[batch.node]
         ids[at] = id_after
         pairs = ids * len(feasible_ids) + feasible_of[:, None]
-        unique, pair_of = np.unique(pairs, return_inverse=True)
+        unique, pair_of = unique_inverse(pairs, len(bit_ids) * len(feasible_ids))
         bits_by_id = list(bit_ids)  # in numbering order (dicts keep it)
         masks_by_id = list(feasible_ids)
         width_f = len(feasible_ids)
         spare = np.array([1.0 - self._p(bits_by_id[k // width_f] & masks_by_id[k % width_f]) for k in unique.tolist()])
-        terms = free * spare[pair_of.reshape(pairs.shape)]
+        terms = free * spare[pair_of]
         total = np.zeros(count)
         for j in range(width):
             total = total + terms[:, j]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scheduler.core import fit as fit_module
 from scheduler.core import modes, nodescores
 from scheduler.core.allocation import Allocation, DeviceShare, MigSlot, decode_record, encode_record
-from scheduler.core.arrays import distinct, unique_rows
+from scheduler.core.arrays import distinct, unique_inverse, unique_rows
 from scheduler.core.board import Board, Status
 from scheduler.core.capacity import DeviceUsage, Refusal, free, usage_row
 from scheduler.core.catalog import CATALOG, ProfileSpec
@@ -551,6 +551,21 @@ def test_the_boards_distinct_values_are_numpys(values: list[int], shape: tuple[i
     got, want = distinct(array), np.unique(array)
     assert got.dtype == want.dtype
     assert got.tolist() == want.tolist()
+
+
+@given(st.integers(1, 3000), st.lists(st.integers(0, 10**6), max_size=400), st.sampled_from([(-1,), (-1, 4)]))
+def test_places_among_distinct_ids_are_numpys(bound: int, values: list[int], shape: tuple[int, ...]) -> None:
+    """fgd's terms are looked up per distinct (GPU profile, feasible shapes) pair: marked in a
+    table where the ids are few, sorted otherwise; either must answer as np.unique with its
+    inverse (the values ascending, each value's place, in the values' shape)."""
+    array = np.array([v % bound for v in values], dtype=np.int64)
+    if len(shape) > 1:
+        array = array[: len(array) - len(array) % 4].reshape(shape)
+    unique, inverse = unique_inverse(array, bound)
+    want_unique, want_inverse = np.unique(array, return_inverse=True)
+    assert unique.tolist() == want_unique.tolist()
+    assert inverse.shape == array.shape
+    assert inverse.reshape(-1).tolist() == want_inverse.reshape(-1).tolist()
 
 
 def _busy_states(drawn: list[tuple[Node, list[int], list[int]]], warmup: list[Demand], stray: int) -> list[NodeState]:
