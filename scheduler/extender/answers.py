@@ -124,7 +124,7 @@ class NodeOrder:
         self._last = int(ring[k + count - 1])
         return ring[k : k + count]
 
-    def learn(self, positions: np.ndarray, board: Board) -> None:
+    def learn(self, positions: np.ndarray, board: Board, entries: Entries) -> None:
         """A filter list that was not a stretch of the order: the links it shows are kept, and
         the order is made again from them once every node has one (after a failed try or once
         made, a turn's worth of such lists later: each try walks every node)."""
@@ -143,9 +143,9 @@ class NodeOrder:
         self._misses += 1
         waited = self._misses * len(positions) >= len(board)
         if (waited or (self._ring is None and not self._failed)) and not (self._next[board.everyone()] < 0).any():
-            self._make(board)
+            self._make(board, entries)
 
-    def _make(self, board: Board) -> None:
+    def _make(self, board: Board, entries: Entries) -> None:
         """The order, if the links (one per node) make one cycle through every node; else none."""
         self._misses = 0
         alive = board.everyone()
@@ -160,12 +160,12 @@ class NodeOrder:
         if self._failed:
             self._ring = None
             return
-        names = board.names()
-        encoded = [wire.dumps(names[i]) for i in order]
+        encoded = [key[:-1] for key in entries.keys[order].tolist()]  # '"name":' without its colon
         lengths = np.array([len(e) + 1 for e in encoded] * 2, dtype=np.int64)  # each with its comma
         self._blob = b",".join(encoded + encoded)
         self._offsets = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(lengths)])
         self._ring = np.array(order + order, dtype=np.int64)
+        self._ring.flags.writeable = False  # listings hold slices of it
         self._place = np.full(len(links), -1, dtype=np.int64)
         self._place[order] = np.arange(len(order))
 
@@ -331,7 +331,7 @@ class Answers:
         if positions is None:
             positions = board.positions(names)
             if raw is not None:
-                self._order.learn(positions, board)
+                self._order.learn(positions, board, self.entries(board))
         made = Listing(board.layout, names if isinstance(names, list) else list(names), positions)
         self._slots[slot] = made
         return made

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.board import Board
-from scheduler.extender.answers import Answers, NodeOrder
+from scheduler.extender.answers import Answers, Entries, NodeOrder
 from tests.builders import make_state
 
 NAMES = [f"node-{i:03d}" for i in range(40)]
@@ -39,7 +39,7 @@ def test_after_a_turn_the_stretches_of_kube_schedulers_order_are_matched_from_th
         raw = orjson.dumps(names)
         found = learned.match(raw, board)
         if found is None:
-            learned.learn(board.positions(names), board)
+            learned.learn(board.positions(names), board, Entries(board))
         else:
             matched += 1
             assert found.tolist() == board.positions(names).tolist()
@@ -51,7 +51,7 @@ def test_a_list_that_is_not_a_stretch_is_not_matched() -> None:
     board = board_of(NAMES)
     learned = NodeOrder()
     for names in windows(NAMES, 10, turns=2):
-        learned.learn(board.positions(names), board)
+        learned.learn(board.positions(names), board, Entries(board))
     assert learned.match(orjson.dumps(NAMES[3:9]), board) is not None
     for names in (
         NAMES[3:5] + NAMES[6:9],  # a node left out
@@ -71,7 +71,7 @@ def test_a_node_joining_forgets_the_order() -> None:
     board = board_of(NAMES)
     learned = NodeOrder()
     for names in windows(NAMES, 10, turns=2):
-        learned.learn(board.positions(names), board)
+        learned.learn(board.positions(names), board, Entries(board))
     assert learned.match(orjson.dumps(NAMES[:5]), board) is not None
     board.put(make_state(name="node-new"))
     assert learned.match(orjson.dumps(NAMES[:5]), board) is None
@@ -83,8 +83,8 @@ def test_links_that_make_no_single_cycle_make_no_order() -> None:
     halves = [NAMES[:20], NAMES[20:]]  # each list starts again at its own half's start
     for _ in range(4):
         for names in halves:
-            learned.learn(board.positions(names), board)
-            learned.learn(board.positions(names), board)
+            learned.learn(board.positions(names), board, Entries(board))
+            learned.learn(board.positions(names), board, Entries(board))
     assert learned.match(orjson.dumps(NAMES[:5]), board) is None
 
 
